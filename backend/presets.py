@@ -1,0 +1,131 @@
+"""Hardware presets: one YAML file per preset in presets/, loaded into a typed model.
+
+A user adds a preset by dropping a file in presets/. A file that does not load is
+reported by name and skipped; it never stops the app.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+DEFAULT_PRESET_ID = "cpu-demo"
+
+
+@dataclass(frozen=True)
+class HardwarePreset:
+    id: str  # the file stem, e.g. "mi300x"
+    display_name: str
+    gfx_target: str  # "gfx942", "gfx1100", ... or "cpu"
+    vram_gb: float  # memory of one device (a GCD on MI250), GB; the CPU demo has none
+    devices_per_node: int
+    bf16: bool
+    env: tuple[tuple[str, str], ...]  # exported for the trainer, in order
+    precision: str  # default precision: bf16 / fp16 / fp32
+    flash_attn: str  # default flash_attn: auto / sdpa / disabled
+    batch_size: int
+    grad_accum: int
+    cutoff_len: int
+    gradient_checkpointing: bool
+    qlora_bits: tuple[int, ...]  # quantization bits offered (4, 8); empty = no QLoRA
+    order: int = 100  # position in the dropdown
+    notes: str = ""
+    use_cpu: bool = False  # the trainer runs on the CPU (the demo preset)
+
+    def form_values(self) -> dict[str, Any]:
+        """The form fields this preset fills."""
+        return {
+            "preset": self.id,
+            "precision": self.precision,
+            "flash_attn": self.flash_attn,
+            "batch_size": self.batch_size,
+            "grad_accum": self.grad_accum,
+            "cutoff_len": self.cutoff_len,
+            "gradient_checkpointing": self.gradient_checkpointing,
+        }
+
+
+@dataclass(frozen=True)
+class PresetLoadError:
+    file: str
+    problem: str
+
+
+_REQUIRED = (
+    "display_name",
+    "gfx_target",
+    "vram_gb",
+    "devices_per_node",
+    "bf16",
+    "precision",
+    "flash_attn",
+    "batch_size",
+    "grad_accum",
+    "cutoff_len",
+    "gradient_checkpointing",
+)
+
+
+def parse_preset(preset_id: str, text: str) -> HardwarePreset:
+    """A preset from the text of its YAML file; ValueError names what is wrong."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError("must be a mapping of keys to values")
+    missing = [key for key in _REQUIRED if key not in data]
+    if missing:
+        raise ValueError(f"missing keys: {', '.join(missing)}")
+    env = data.get("env") or {}
+    if not isinstance(env, dict):
+        raise ValueError("env must be a mapping of variable names to values")
+    if data["precision"] not in ("bf16", "fp16", "fp32"):
+        raise ValueError(f"precision must be bf16, fp16 or fp32, not {data['precision']!r}")
+    if data["flash_attn"] not in ("auto", "sdpa", "disabled", "fa2"):
+        raise ValueError(f"flash_attn must be auto, sdpa, disabled or fa2, not {data['flash_attn']!r}")
+    try:
+        return HardwarePreset(
+            id=preset_id,
+            display_name=str(data["display_name"]),
+            gfx_target=str(data["gfx_target"]),
+            vram_gb=float(data["vram_gb"]),
+            devices_per_node=int(data["devices_per_node"]),
+            bf16=_boolean(data["bf16"], "bf16"),
+            env=tuple((str(k), str(v)) for k, v in env.items()),
+            precision=str(data["precision"]),
+            flash_attn=str(data["flash_attn"]),
+            batch_size=int(data["batch_size"]),
+            grad_accum=int(data["grad_accum"]),
+            cutoff_len=int(data["cutoff_len"]),
+            gradient_checkpointing=_boolean(data["gradient_checkpointing"], "gradient_checkpointing"),
+            qlora_bits=tuple(int(b) for b in (data.get("qlora_bits") or ())),
+            order=int(data.get("order", 100)),
+            notes=str(data.get("notes", "")),
+            use_cpu=_boolean(data.get("use_cpu", False), "use_cpu"),
+        )
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"a value has the wrong type ({error})") from None
+
+
+def _boolean(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{key} must be true or false, not {value!r}")
+
+
+def load_presets(directory: Path = PRESETS_DIR) -> tuple[dict[str, HardwarePreset], list[PresetLoadError]]:
+    """All presets in `directory`, in dropdown order, and the files that did not load."""
+    presets: list[HardwarePreset] = []
+    errors: list[PresetLoadError] = []
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            presets.append(parse_preset(path.stem, path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            errors.append(PresetLoadError(path.name, str(error)))
+    presets.sort(key=lambda p: (p.order, p.display_name))
+    return {p.id: p for p in presets}, errors
