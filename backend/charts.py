@@ -1,0 +1,159 @@
+"""Plotly figures as plain JSON-able dicts, built from a run's points and readings.
+
+No plotly import on the hot path: a figure is a small dict the browser's plotly.js draws.
+Long histories are downsampled for display only (the data on disk stays whole), with the
+last point always kept and a bucket's extremes kept so a spike never disappears.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from backend.logs import MetricPoint
+
+MAX_DISPLAY_POINTS = 600
+SMOOTHING = 0.8  # TensorBoard-style exponential moving average weight
+
+LIGHT_LAYOUT = {
+    "template": "plotly_white",
+    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+    "height": 320,
+    "legend": {"orientation": "h", "y": -0.2},
+}
+
+
+def downsample_indices(n: int, max_points: int = MAX_DISPLAY_POINTS, values: Sequence[float | None] | None = None) -> list[int]:
+    """Indices of at most ~max_points samples out of n: per bucket, its first point and
+    (when values are given) its min and max; the last index is always kept."""
+    if n <= max_points:
+        return list(range(n))
+    per_bucket = 3 if values is not None else 1
+    buckets = max(1, max_points // per_bucket)
+    size = n / buckets
+    chosen: set[int] = {n - 1}
+    for b in range(buckets):
+        start, end = int(b * size), min(n, int((b + 1) * size))
+        if start >= end:
+            continue
+        chosen.add(start)
+        if values is not None:
+            window = [(v, i) for i, v in enumerate(values[start:end], start) if v is not None and not math.isnan(v)]
+            if window:
+                chosen.add(min(window)[1])
+                chosen.add(max(window)[1])
+    return sorted(chosen)
+
+
+def smooth(values: Sequence[float], weight: float = SMOOTHING) -> list[float]:
+    """Debiased exponential moving average, as TensorBoard draws it."""
+    out: list[float] = []
+    last, count = 0.0, 0
+    for value in values:
+        if not math.isfinite(value):
+            out.append(value)
+            continue
+        count += 1
+        last = last * weight + (1 - weight) * value
+        out.append(last / (1 - weight**count))
+    return out
+
+
+def _json_number(value: float | None) -> float | None:
+    """NaN and inf are not JSON: plotly gets a gap (None) instead."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max_points: int = MAX_DISPLAY_POINTS) -> dict:
+    with_loss = [p for p in points if p.loss is not None]
+    steps = [p.step for p in with_loss]
+    losses = [float(p.loss) for p in with_loss]  # type: ignore[arg-type]
+    smoothed = smooth(losses)
+    keep = downsample_indices(len(steps), max_points, losses)
+    lr_points = [p for p in points if p.lr is not None]
+    lr_keep = downsample_indices(len(lr_points), max_points)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers" if len(keep) <= 60 else "lines",
+            "name": "loss",
+            "x": [steps[i] for i in keep],
+            "y": [_json_number(losses[i]) for i in keep],
+            "line": {"color": "rgba(237,28,36,0.35)"},
+            "marker": {"size": 4},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "loss (smoothed)",
+            "x": [steps[i] for i in keep],
+            "y": [_json_number(smoothed[i]) for i in keep],
+            "line": {"color": "rgb(237,28,36)", "width": 2},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "learning rate",
+            "x": [lr_points[i].step for i in lr_keep],
+            "y": [lr_points[i].lr for i in lr_keep],
+            "yaxis": "y2",
+            "line": {"color": "rgba(80,80,80,0.6)", "dash": "dot"},
+        },
+    ]
+    layout = {
+        **LIGHT_LAYOUT,
+        "title": {"text": title},
+        "xaxis": {"title": {"text": "step"}},
+        "yaxis": {"title": {"text": "loss"}},
+        "yaxis2": {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e"},
+    }
+    return {"data": data, "layout": layout}
+
+
+def memory_figure(series: Sequence["MemorySeries"], title: str, max_points: int = MAX_DISPLAY_POINTS) -> dict:
+    """One line per GPU (used GiB) and a dashed capacity line per GPU."""
+    data = []
+    for s in series:
+        keep = downsample_indices(len(s.times), max_points, s.used_gib)
+        x = [s.times[i] for i in keep]
+        data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} used", "x": x, "y": [_json_number(s.used_gib[i]) for i in keep]})
+        totals = [t for t in s.total_gib if t is not None and math.isfinite(t)]
+        if totals and x:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"{s.label} total",
+                    "x": [x[0], x[-1]],
+                    "y": [totals[-1], totals[-1]],
+                    "line": {"dash": "dash", "width": 1},
+                }
+            )
+    layout = {
+        **LIGHT_LAYOUT,
+        "title": {"text": title},
+        "xaxis": {"title": {"text": "seconds since start"}},
+        "yaxis": {"title": {"text": "GiB"}, "rangemode": "tozero"},
+    }
+    return {"data": data, "layout": layout}
+
+
+class MemorySeries:
+    """The readings of one GPU (or of the training process) as columns for charting."""
+
+    def __init__(self, gpu: int, label: str):
+        self.gpu = gpu
+        self.label = label
+        self.times: list[float] = []
+        self.used_gib: list[float | None] = []
+        self.total_gib: list[float | None] = []
+        self.util_pct: float | None = None
+        self.temp_c: float | None = None
+        self.power_w: float | None = None
+        self.source = ""
+
+    def add(self, at: float, used_bytes: int | None, total_bytes: int | None, util: float | None, temp: float | None, power: float | None, source: str) -> None:
+        self.times.append(at)
+        self.used_gib.append(None if used_bytes is None else used_bytes / 2**30)
+        self.total_gib.append(None if total_bytes is None else total_bytes / 2**30)
+        self.util_pct, self.temp_c, self.power_w, self.source = util, temp, power, source

@@ -1,0 +1,311 @@
+"""Starts, watches and stops the trainer's process tree.
+
+The launcher knows processes and run directories, not widgets or YAML keys. The trainer
+runs in its own session (it keeps training if the web server dies), its output goes to a
+file (a full pipe would stall training), and it is identified by pid *and* start time
+so that a reused pid is never mistaken for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import psutil
+
+from backend.logs import TRAINER_LOG
+from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
+
+# Stop: ask the trainer to stop and save (SIGABRT, which LLaMA-Factory handles when
+# LLAMABOARD_ENABLED=1), then SIGTERM the tree, then SIGKILL it; all within STOP_BUDGET_S.
+GRACEFUL_STOP_S = 6.0
+TERM_STOP_S = 2.0
+STOP_BUDGET_S = 10.0
+
+# Environment every trainer gets: no hub is ever contacted, output is not buffered, and
+# LLaMA-Factory's graceful-abort handler is switched on.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "PYTHONUNBUFFERED": "1",
+    "LLAMABOARD_ENABLED": "1",
+}
+
+
+def llamafactory_cli() -> str:
+    """The llamafactory-cli beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "llamafactory-cli"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("llamafactory-cli")
+    if found is None:
+        raise FileNotFoundError(
+            "llamafactory-cli was not found. Fix: run `make setup` (or `pip install llamafactory==0.9.5`) in RocBoard's environment."
+        )
+    return found
+
+
+def trainer_command(config_file: str = CONFIG_FILE) -> list[str]:
+    return [llamafactory_cli(), "train", config_file]
+
+
+def display_command(config_file: str = CONFIG_FILE) -> str:
+    return f"llamafactory-cli train {config_file}"
+
+
+def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(preset_env)
+    env.update(OFFLINE_ENV)
+    env["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
+    return env
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    pid: int
+    started: float  # psutil create_time()
+
+    def process(self) -> psutil.Process | None:
+        """The live process with this identity, or None (gone, or the pid was reused)."""
+        try:
+            process = psutil.Process(self.pid)
+            if abs(process.create_time() - self.started) > 0.01:
+                return None
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return process
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _tree(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return [root]
+
+
+def _graceful_targets(tree: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes that run LLaMA-Factory's trainer loop and handle SIGABRT.
+
+    Without torchrun the root `llamafactory-cli` is the trainer. With FORCE_TORCHRUN the
+    root only waits on torchrun, whose children are the workers (each in its own process
+    group, which is why a signal to our group alone would leave them training)."""
+    agents = [p for p in tree if _is_torchrun(p)]
+    if not agents:
+        return tree[:1]
+    workers: list[psutil.Process] = []
+    for agent in agents:
+        try:
+            workers.extend(agent.children())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return workers
+
+
+def _is_torchrun(process: psutil.Process) -> bool:
+    try:
+        return any("torchrun" in part or "torch.distributed.run" in part for part in process.cmdline()[:3])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _signal_all(processes: list[psutil.Process], signum: int) -> None:
+    for process in processes:
+        try:
+            process.send_signal(signum)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+
+
+def stop_tree(identity: ProcessIdentity, graceful_s: float = GRACEFUL_STOP_S, term_s: float = TERM_STOP_S) -> list[int]:
+    """Ends the whole process tree rooted at `identity`; returns pids still alive (none, normally).
+
+    The tree is re-walked at every step: a worker started mid-stop is not missed, and a
+    process already gone is not an error."""
+    root = identity.process()
+    if root is None:
+        return []
+    known: dict[int, psutil.Process] = {p.pid: p for p in _tree(root)}
+
+    def alive() -> list[psutil.Process]:
+        if _alive(root):
+            for process in _tree(root):
+                known.setdefault(process.pid, process)
+        return [p for p in known.values() if _alive(p)]
+
+    def wait(seconds: float) -> list[psutil.Process]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            remaining = alive()
+            if not remaining:
+                return []
+            time.sleep(0.1)
+        return alive()
+
+    if graceful_s > 0:
+        _signal_all(_graceful_targets(list(known.values())), signal.SIGABRT)
+        if not wait(graceful_s):
+            return []
+    _signal_all(alive(), signal.SIGTERM)
+    if not wait(term_s):
+        return []
+    _signal_all(alive(), signal.SIGKILL)
+    return [p.pid for p in wait(2.0)]
+
+
+def derive_final_state(run_dir: Path) -> tuple[str, str]:
+    """(state, reason) of a run whose trainer ended while nobody watched it."""
+    output = run_dir / OUTPUT_DIR
+    finished = False
+    try:
+        lines = (output / TRAINER_LOG).read_text(encoding="utf-8").strip().splitlines()
+        last = json.loads(lines[-1]) if lines else {}
+        finished = last.get("current_steps") == last.get("total_steps") and bool(last.get("total_steps"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    has_weights = (output / "adapter_model.safetensors").exists() or (output / "model.safetensors").exists()
+    if finished and has_weights:
+        return "finished", "The trainer finished while RocBoard was not watching."
+    return "failed", "The trainer ended while RocBoard was not watching, before it finished."
+
+
+class Launcher:
+    """Owns the trainer processes of one runs directory."""
+
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._children: dict[str, subprocess.Popen] = {}
+        self._stopping: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start(self, run_id: str, preset_env: Mapping[str, str]) -> RunState:
+        run_dir = self.store.run_dir(run_id)
+        command = trainer_command()
+        log = open(run_dir / LOG_FILE, "ab")
+        try:
+            process = subprocess.Popen(
+                command,
+                cwd=run_dir,
+                env=trainer_env(run_dir, preset_env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # survives the web server; never gets its Ctrl-C
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        try:
+            started = psutil.Process(process.pid).create_time()
+        except psutil.NoSuchProcess:
+            started = None
+        with self._lock:
+            self._children[run_id] = process
+        state = self.store.update(
+            run_id,
+            state="running",
+            pid=process.pid,
+            pid_started=started,
+            started_at=time.time(),
+            command=tuple(command),
+            exit_code=None,
+            stop_reason="",
+            ended_at=None,
+        )
+        threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
+        return state
+
+    def _wait_child(self, run_id: str, process: subprocess.Popen) -> None:
+        code = process.wait()
+        self._finish(run_id, code)
+
+    def _finish(self, run_id: str, exit_code: int | None, reason: str = "") -> None:
+        with self._lock:
+            self._children.pop(run_id, None)
+            stopping = run_id in self._stopping
+            self._stopping.discard(run_id)
+        if stopping:
+            state, reason = "stopped", reason or "Stopped by the user."
+        elif exit_code == 0:
+            state = "finished"
+        else:
+            state = "failed"
+            if exit_code is not None and exit_code < 0:
+                reason = reason or f"The trainer was killed by signal {signal.Signals(-exit_code).name}."
+        try:
+            self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, ended_at=time.time())
+        except RunNotFound:
+            pass  # the run directory was deleted while it ran
+
+    def stop(self, run_id: str) -> RunState:
+        state = self.store.read(run_id)
+        if not state.active:
+            return state
+        with self._lock:
+            self._stopping.add(run_id)
+            child = self._children.get(run_id)
+        identity = self._identity(state)
+        if identity is not None:
+            stop_tree(identity)
+        if child is not None:
+            child.wait(timeout=5)  # the wait thread records the final state
+            deadline = time.monotonic() + 2
+            while self.store.read(run_id).active and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            self._finish(run_id, None)
+        return self.store.read(run_id)
+
+    def is_child(self, run_id: str) -> bool:
+        with self._lock:
+            return run_id in self._children
+
+    @staticmethod
+    def _identity(state: RunState) -> ProcessIdentity | None:
+        if state.pid is None or state.pid_started is None:
+            return None
+        return ProcessIdentity(state.pid, state.pid_started)
+
+    def refresh(self, run_id: str) -> RunState:
+        """The state of a run we did not start in this process (after a restart): still
+        alive by pid and start time, or ended, with its end derived from its files."""
+        state = self.store.read(run_id)
+        if not state.active or self.is_child(run_id):
+            return state
+        identity = self._identity(state)
+        if identity is not None and identity.process() is not None:
+            return state
+        final, reason = derive_final_state(self.store.run_dir(run_id))
+        with self._lock:
+            if run_id in self._stopping:
+                final, reason = "stopped", "Stopped by the user."
+                self._stopping.discard(run_id)
+        return self.store.update(run_id, state=final, stop_reason=reason, ended_at=state.ended_at or time.time())
+
+    def live_pid(self, run_id: str) -> int | None:
+        try:
+            state = self.store.read(run_id)
+        except RunNotFound:
+            return None
+        identity = self._identity(state)
+        return identity.pid if identity is not None and state.active and identity.process() is not None else None

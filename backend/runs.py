@@ -1,0 +1,176 @@
+"""Runs on disk: `runs/<run-id>/` is the single source of truth; the page is a view of it.
+
+    runs/<run-id>/
+        state.json      RunState (id, created, preset, model, pid + start time, state, exit code)
+        form.json       the form values the run was started from (rebuilds its RunConfig)
+        config.yaml     the LLaMA-Factory YAML, exactly what the trainer read
+        train.log       the trainer's stdout and stderr
+        samples.jsonl   telemetry readings, one JSON object a line
+        output/         LLaMA-Factory's output_dir: trainer_log.jsonl, checkpoints, adapter
+        adapter.zip     built on demand for download
+
+A run directory appears whole or not at all: it is assembled under a hidden temporary
+name and renamed into place, so a failed start never leaves a half-made run behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+RunStateName = Literal["starting", "running", "finished", "failed", "stopped"]
+ACTIVE_STATES = ("starting", "running")
+
+STATE_FILE = "state.json"
+FORM_FILE = "form.json"
+CONFIG_FILE = "config.yaml"
+LOG_FILE = "train.log"
+SAMPLES_FILE = "samples.jsonl"
+OUTPUT_DIR = "output"
+ADAPTER_ZIP = "adapter.zip"
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class RunState:
+    id: str
+    name: str
+    created: str  # ISO 8601, UTC
+    preset: str
+    model: str
+    state: RunStateName = "starting"
+    pid: int | None = None
+    pid_started: float | None = None  # the process's start time: a pid alone can be reused
+    exit_code: int | None = None
+    stop_reason: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    command: tuple[str, ...] = ()
+    resumed_from: str = ""  # checkpoint directory of the last resume, if any
+    attempts: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["command"] = list(self.command)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunState":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["command"] = tuple(known.get("command") or ())
+        return cls(**known)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+@dataclass
+class RunStore:
+    """The runs directory: creates, reads and updates runs."""
+
+    root: Path
+    _last_id: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+
+    def ensure_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def run_dir(self, run_id: str) -> Path:
+        """The directory of run `run_id`; refuses ids that could point outside the runs dir."""
+        if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or run_id in (".", ".."):
+            raise RunNotFound(f"not a run id: {run_id!r}")
+        path = self.root / run_id
+        if not (path / STATE_FILE).is_file():
+            raise RunNotFound(f"no run {run_id!r} in {self.root}")
+        return path
+
+    def new_run_id(self, name: str) -> str:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = f"{stamp}-{name}" if name else stamp
+        candidate, n = base, 1
+        while (self.root / candidate).exists() or candidate == self._last_id:
+            n += 1
+            candidate = f"{base}-{n}"
+        self._last_id = candidate
+        return candidate
+
+    def create(self, name: str, preset: str, model: str, files: dict[str, str]) -> RunState:
+        """A new run directory holding `files` (name -> text) and its first state."""
+        self.ensure_root()
+        run_id = self.new_run_id(name)
+        state = RunState(
+            id=run_id,
+            name=name or run_id,
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            preset=preset,
+            model=model,
+        )
+        staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
+        try:
+            for filename, text in files.items():
+                (staging / filename).write_text(text, encoding="utf-8")
+            _write_json(staging / STATE_FILE, state.to_json())
+            os.rename(staging, self.root / run_id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return state
+
+    def read(self, run_id: str) -> RunState:
+        path = self.run_dir(run_id) / STATE_FILE
+        try:
+            return RunState.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as error:
+            raise RunNotFound(f"run {run_id!r} has an unreadable state file: {error}") from None
+
+    def update(self, run_id: str, **changes: Any) -> RunState:
+        state = replace(self.read(run_id), **changes)
+        _write_json(self.run_dir(run_id) / STATE_FILE, state.to_json())
+        return state
+
+    def list(self) -> list[RunState]:
+        """Every readable run, newest first; unreadable ones are skipped."""
+        if not self.root.is_dir():
+            return []
+        states = []
+        for entry in self.root.iterdir():
+            if entry.name.startswith(".") or not (entry / STATE_FILE).is_file():
+                continue
+            try:
+                states.append(self.read(entry.name))
+            except RunNotFound:
+                continue
+        states.sort(key=lambda s: (s.created, s.id), reverse=True)
+        return states
+
+    def read_form(self, run_id: str) -> dict[str, Any]:
+        try:
+            return json.loads((self.run_dir(run_id) / FORM_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def delete(self, run_id: str) -> None:
+        shutil.rmtree(self.run_dir(run_id))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """Atomic: a reader sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
