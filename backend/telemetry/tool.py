@@ -1,0 +1,92 @@
+"""Run a telemetry tool (argument list, no shell) with a hard timeout, never raising.
+
+Why not `subprocess.run(timeout=...)`: on timeout it kills only the direct child and then
+waits for the pipes to close; a wrapper script whose own child still holds stdout open
+(`rocm-smi` is a Python script, vendor tools are often shell wrappers) would hang it.
+We start the tool in its own session and kill the whole process group instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What one call of a tool produced. `error` is "" when the tool ran to completion
+    (whatever its exit code: rocm-smi exits 2 after printing everything)."""
+
+    argv: tuple[str, ...]
+    stdout: str
+    stderr: str
+    returncode: int | None  # None when it did not run or was killed on timeout
+    seconds: float
+    error: str = ""  # "not found", "timed out after 2.0 s", "could not start: ..."
+
+    @property
+    def ran(self) -> bool:
+        return not self.error
+
+
+def find_tool(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Full path of `name` on PATH (the given environment's PATH), or None."""
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    return shutil.which(name, path=path)
+
+
+def run_tool(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> ToolOutput:
+    """Run `argv` (argv[0] is looked up on the env's PATH) and collect its output."""
+    started = time.monotonic()
+    argv = tuple(argv)
+    exe = find_tool(argv[0], env) if os.sep not in argv[0] else argv[0]
+    if exe is None:
+        return ToolOutput(argv, "", "", None, 0.0, error=f"{argv[0]} not found on PATH")
+    try:
+        proc = subprocess.Popen(
+            (exe, *argv[1:]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,  # own process group, so a timeout kills the whole tree
+        )
+    except OSError as exc:
+        return ToolOutput(argv, "", "", None, time.monotonic() - started, error=f"could not start: {exc}")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds a pipe
+            out, err = b"", b""
+        return ToolOutput(
+            argv,
+            _text(out),
+            _text(err),
+            None,
+            time.monotonic() - started,
+            error=f"timed out after {timeout_s:g} s",
+        )
+    return ToolOutput(argv, _text(out), _text(err), proc.returncode, time.monotonic() - started)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _text(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
