@@ -1,0 +1,128 @@
+"""What the tool-based sources (amd-smi, rocm-smi, nvidia-smi) share: probe once, read with a
+timeout, turn "the tool cannot work here" into a status with a hint, and never raise."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from backend.telemetry.base import Reading, SourceStatus
+from backend.telemetry.tool import ToolOutput, find_tool, run_tool
+from backend.telemetry.topology import CardIdentity, read_kfd_gpus, to_run_indices, visible_gpus
+
+GROUPS_HINT = "Add your user to the render and video groups (`sudo usermod -aG render,video $USER`), then log in again"
+DRIVER_HINT = (
+    "Load the amdgpu kernel driver (`sudo modprobe amdgpu`, or install ROCm's amdgpu-dkms); "
+    "in a container, pass --device=/dev/kfd --device=/dev/dri"
+)
+
+
+def extract_json(text: str) -> Any | None:
+    """The first JSON object or array in `text`: tools print warnings (Python
+    SyntaxWarnings, "WARNING: ..." lines) on stdout before their JSON."""
+    decoder = json.JSONDecoder()
+    start = 0
+    while True:
+        positions = [p for p in (text.find("{", start), text.find("[", start)) if p >= 0]
+        if not positions:
+            return None
+        position = min(positions)
+        try:
+            value, _ = decoder.raw_decode(text, position)
+            return value
+        except ValueError:
+            start = position + 1
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return ""
+
+
+class CommandSource:
+    """A source that runs a command-line tool. Subclasses say how to call it and parse it."""
+
+    name = ""
+    tool = ""
+    install_hint = ""
+    # A tool call costs a process start (rocm-smi: ~0.3 s of CPU, mostly Python start-up);
+    # the sampler reads it no more often than this whatever its own interval.
+    min_interval_s = 2.0
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        sysfs_root: Path = Path("/sys"),
+        timeout_s: float = 5.0,
+        probe_timeout_s: float = 15.0,  # the first call of a tool has taken seconds
+    ) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.sysfs_root = Path(sysfs_root)
+        self.timeout_s = timeout_s
+        self.probe_timeout_s = probe_timeout_s
+        self.last_failure = ""
+        self._gpus = None
+
+    # --- what subclasses provide -------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def parse(self, output: ToolOutput) -> tuple[list[Reading], dict[int, CardIdentity]]:
+        """Card-numbered readings and how to recognise each card."""
+        raise NotImplementedError
+
+    def unavailable(self, output: ToolOutput) -> SourceStatus | None:
+        """A status when the output says the tool cannot work on this machine at all."""
+        return None
+
+    def after_probe(self) -> None:
+        """Hook for a source that needs a second command once (amd-smi's card list)."""
+
+    # --- the Source protocol -----------------------------------------------------------
+
+    def probe(self) -> SourceStatus:
+        if find_tool(self.tool, self.env) is None:
+            return SourceStatus(self.name, False, f"{self.tool} not found on PATH", self.install_hint)
+        output = run_tool(self.argv(), self.probe_timeout_s, self.env)
+        if output.error:
+            return SourceStatus(self.name, False, output.error, f"Check that `{' '.join(self.argv())}` works in a shell")
+        status = self.unavailable(output)
+        if status is not None:
+            return status
+        try:
+            readings, _ = self.parse(output)
+        except Exception as exc:  # a parser bug must not take the app down
+            readings = []
+            output = ToolOutput(output.argv, f"parser failed: {exc}", output.stderr, output.returncode, output.seconds)
+        if not readings:
+            seen = first_line(output.stderr) or first_line(output.stdout) or "no output"
+            return SourceStatus(self.name, False, f"{self.tool} reported no GPU: {seen}", self.install_hint)
+        self.after_probe()
+        kfd = read_kfd_gpus(self.sysfs_root)
+        self._gpus = visible_gpus(kfd, self.env) if kfd is not None else None
+        return SourceStatus(self.name, True, f"{self.tool}: {len(readings)} GPU(s), {output.seconds:.2f} s per call")
+
+    def read(self) -> list[Reading]:
+        output = run_tool(self.argv(), self.timeout_s, self.env)
+        if output.error:
+            self.last_failure = output.error
+            return []
+        try:
+            readings, identities = self.parse(output)
+        except Exception as exc:
+            readings, identities = [], {}
+            self.last_failure = f"could not parse {self.tool} output: {exc}"
+            return []
+        if not readings:
+            self.last_failure = f"no readings in {self.tool} output: {first_line(output.stdout) or first_line(output.stderr) or 'empty'}"
+            return []
+        self.last_failure = ""
+        return self.to_run_indices(readings, identities)
+
+    def to_run_indices(self, readings: list[Reading], identities: dict[int, CardIdentity]) -> list[Reading]:
+        return to_run_indices(readings, identities, self._gpus, self.env)

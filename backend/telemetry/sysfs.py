@@ -1,0 +1,188 @@
+"""amdgpu's own sysfs files: the cheapest source (a few small reads, no process, no root).
+
+Per card, under `/sys/class/drm/cardN/device/`: `mem_info_vram_used` and
+`mem_info_vram_total` (bytes), `gpu_busy_percent`, and in `hwmon/hwmonM/`: `tempK_input`
+(millidegrees C, named by `tempK_label`: edge, junction, mem) and `power1_average` or, on
+newer kernels for RDNA3 and later, `power1_input` (microwatts). Only AMD cards (vendor
+0x1002) count. The root is a parameter so tests can build a fake tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from backend.telemetry.base import Reading, SourceStatus
+from backend.telemetry.topology import CardIdentity, read_kfd_gpus, to_run_indices, visible_gpus
+
+AMD_VENDOR_ID = "0x1002"
+# Which sensor a chart line shows when a card has several: the edge sensor is what
+# rocm-smi's summary shows; the others stand in when it is missing.
+TEMPERATURE_PREFERENCE = ("edge", "junction", "mem")
+
+
+@dataclass(frozen=True)
+class SysfsCard:
+    card: int  # N of /sys/class/drm/cardN
+    device_dir: Path
+    hwmon_dir: Path | None
+    pci_address: str | None
+    render_minor: int | None
+
+
+def parse_int(text: str) -> int | None:
+    """One integer sysfs file ("25753026560\\n"); None for anything else."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def parse_uevent_pci_address(text: str) -> str | None:
+    """PCI_SLOT_NAME from a device's uevent file."""
+    match = re.search(r"^PCI_SLOT_NAME=(\S+)$", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def pick_temperature(by_label: Mapping[str, float]) -> float | None:
+    """The chart's temperature from {label: degrees C}; unlabelled sensors come as "temp1"."""
+    for label in TEMPERATURE_PREFERENCE:
+        if label in by_label:
+            return by_label[label]
+    return next(iter(by_label.values()), None)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read(path)
+    return parse_int(text) if text is not None else None
+
+
+def find_amd_cards(sysfs_root: Path) -> list[SysfsCard]:
+    """AMD cards under `<root>/class/drm`, in card order (connectors and render nodes skipped)."""
+    drm = sysfs_root / "class" / "drm"
+    try:
+        names = [p.name for p in drm.iterdir()]
+    except OSError:
+        return []
+    cards: list[SysfsCard] = []
+    for name in sorted((n for n in names if re.fullmatch(r"card\d+", n)), key=lambda n: int(n[4:])):
+        device = drm / name / "device"
+        vendor = (_read(device / "vendor") or "").strip().lower()
+        if vendor != AMD_VENDOR_ID:
+            continue
+        uevent = _read(device / "uevent") or ""
+        address = parse_uevent_pci_address(uevent)
+        if address is None:
+            resolved = os.path.basename(os.path.realpath(device))
+            address = resolved if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", resolved) else None
+        render_minor = None
+        try:
+            render = [p.name for p in (device / "drm").iterdir() if re.fullmatch(r"renderD\d+", p.name)]
+            render_minor = int(render[0][7:]) if render else None
+        except OSError:
+            pass
+        hwmons = sorted((device / "hwmon").glob("hwmon*")) if (device / "hwmon").is_dir() else []
+        cards.append(SysfsCard(int(name[4:]), device, hwmons[0] if hwmons else None, address, render_minor))
+    return cards
+
+
+def read_card(card: SysfsCard, at: float | None = None) -> Reading:
+    """One reading of one card, numbered by its card number; unreadable files are None."""
+    temps: dict[str, float] = {}
+    power_uw = None
+    if card.hwmon_dir is not None:
+        for temp_input in sorted(card.hwmon_dir.glob("temp*_input")):
+            millideg = _read_int(temp_input)
+            if millideg is None:
+                continue
+            label = (_read(temp_input.with_name(temp_input.name.replace("_input", "_label"))) or "").strip()
+            temps.setdefault(label or temp_input.name.split("_")[0], millideg / 1000.0)
+        power_uw = _read_int(card.hwmon_dir / "power1_average")
+        if power_uw is None:
+            power_uw = _read_int(card.hwmon_dir / "power1_input")
+    busy = _read_int(card.device_dir / "gpu_busy_percent")
+    return Reading(
+        gpu=card.card,
+        used_bytes=_read_int(card.device_dir / "mem_info_vram_used"),
+        total_bytes=_read_int(card.device_dir / "mem_info_vram_total"),
+        util_pct=float(busy) if busy is not None else None,
+        temp_c=pick_temperature(temps),
+        power_w=power_uw / 1e6 if power_uw is not None else None,
+        source="sysfs",
+        at=time.time() if at is None else at,
+        label=f"card{card.card}",
+    )
+
+
+def read_sysfs(sysfs_root: Path = Path("/sys")) -> list[Reading]:
+    """Every AMD card's reading, numbered by card number (not yet by the run's index)."""
+    at = time.time()
+    return [read_card(card, at) for card in find_amd_cards(sysfs_root)]
+
+
+class SysfsSource:
+    """amdgpu sysfs, numbered and filtered as the run sees its GPUs."""
+
+    name = "sysfs"
+
+    def __init__(self, sysfs_root: Path = Path("/sys"), env: Mapping[str, str] | None = None) -> None:
+        self.sysfs_root = Path(sysfs_root)
+        self.env = dict(os.environ if env is None else env)
+        self.last_failure = ""
+        self._cards: list[SysfsCard] = []
+        self._identities: dict[int, CardIdentity] = {}
+
+    def probe(self) -> SourceStatus:
+        self._cards = find_amd_cards(self.sysfs_root)
+        self._identities = {c.card: CardIdentity(c.card, c.pci_address, c.render_minor) for c in self._cards}
+        self._gpus = None
+        kfd = read_kfd_gpus(self.sysfs_root)
+        self._gpus = visible_gpus(kfd, self.env) if kfd is not None else None
+        if not self._cards:
+            return SourceStatus(
+                self.name,
+                False,
+                f"no AMD GPU (vendor {AMD_VENDOR_ID}) under {self.sysfs_root / 'class' / 'drm'}",
+                "Load the amdgpu driver (`sudo modprobe amdgpu`) or install the ROCm kernel driver",
+            )
+        memory_files = [c.device_dir / "mem_info_vram_total" for c in self._cards]
+        if not any(f.exists() for f in memory_files):
+            return SourceStatus(
+                self.name,
+                False,
+                "amdgpu sysfs has no mem_info_vram_total (kernel older than 4.19?)",
+                "Use a newer kernel, or install amd-smi (ROCm 6+) / rocm-smi",
+            )
+        if all(_read(f) is None for f in memory_files):
+            return SourceStatus(
+                self.name,
+                False,
+                "mem_info_vram_total exists but cannot be read",
+                "Add your user to the render and video groups (`sudo usermod -aG render,video $USER`), then log in again",
+            )
+        shown = to_run_indices(read_sysfs_cards(self._cards), self._identities, self._gpus, self.env)
+        cards = ", ".join(f"card{c.card}" for c in self._cards)
+        return SourceStatus(self.name, True, f"{len(self._cards)} AMD card(s) ({cards}); the run sees {len(shown)}")
+
+    def read(self) -> list[Reading]:
+        readings = read_sysfs_cards(self._cards)
+        self.last_failure = (
+            "" if any(r.total_bytes is not None for r in readings) else "no card's VRAM could be read"
+        )
+        return to_run_indices(readings, self._identities, self._gpus, self.env)
+
+
+def read_sysfs_cards(cards: list[SysfsCard]) -> list[Reading]:
+    at = time.time()
+    return [read_card(card, at) for card in cards]
