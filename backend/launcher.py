@@ -198,9 +198,10 @@ class Launcher:
         self._stopping: set[str] = set()
         self._lock = threading.Lock()
 
-    def start(self, run_id: str, preset_env: Mapping[str, str]) -> RunState:
+    def start(self, run_id: str, preset_env: Mapping[str, str], command: list[str] | None = None) -> RunState:
+        """Launches `command` (default: llamafactory-cli train config.yaml) in the run dir."""
         run_dir = self.store.run_dir(run_id)
-        command = trainer_command()
+        command = command or trainer_command()
         log = open(run_dir / LOG_FILE, "ab")
         try:
             process = subprocess.Popen(

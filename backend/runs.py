@@ -110,10 +110,12 @@ class RunStore:
         self._last_id = candidate
         return candidate
 
-    def create(self, name: str, preset: str, model: str, files: dict[str, str]) -> RunState:
+    def create(self, name: str, preset: str, model: str, files: dict[str, str], run_id: str | None = None) -> RunState:
         """A new run directory holding `files` (name -> text) and its first state."""
         self.ensure_root()
-        run_id = self.new_run_id(name)
+        run_id = run_id or self.new_run_id(name)
+        if (self.root / run_id).exists():
+            raise FileExistsError(f"run {run_id} already exists")
         state = RunState(
             id=run_id,
             name=name or run_id,

@@ -1,0 +1,34 @@
+"""RocBoard's command line: serve the page (default), or check / telemetry / doctor.
+
+    python app.py [--host 127.0.0.1] [--port 7860] [--runs-dir runs] [--auth USER:PASSWORD]
+    python app.py check FILE.yaml [--preset NAME] [--fix]
+    python app.py telemetry [--json] [--sysfs-root DIR]
+    python app.py doctor [--json]
+
+This file only parses arguments and hands over to ui/ (serve) or backend/ (the rest).
+"""
+
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = {
+    "check": "backend.check_cli",
+    "telemetry": "backend.telemetry.cli",
+    "doctor": "backend.doctor_cli",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    from ui.serve import serve_main
+
+    return serve_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""RocBoard's backend facade: what the page (and the tests) call.
+
+It ties the parts together: form values -> typed config -> checks -> run directory ->
+launcher; and run directory -> incremental readers -> snapshots for the page. Shared
+state lives here, once per app, not per browser tab: ten tabs watching one run share
+one set of readers and one telemetry sampler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from backend import artifacts
+from backend.charts import MemorySeries
+from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_yaml
+from backend.findings import Finding, has_problems
+from backend.launcher import Launcher, display_command
+from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
+from backend.presets import DEFAULT_PRESET_ID, PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
+from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
+from backend.telemetry.base import Reading
+
+# How often one run's files are re-read at most, however many tabs ask.
+POLL_INTERVAL_S = 0.5
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class Preview:
+    yaml_text: str
+    command: str  # the shell lines a user could run by hand
+    findings: list[Finding]
+    config: RunConfig | None
+
+
+@dataclass(frozen=True)
+class StartResult:
+    run: RunState | None
+    findings: list[Finding]
+
+    @property
+    def started(self) -> bool:
+        return self.run is not None
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    run: RunState
+    points: list[MetricPoint]
+    memory: list[MemorySeries]
+    memory_label: str
+    log_tail: str
+    has_adapter: bool
+    garbage_lines: int
+    version: tuple  # changes whenever anything the page shows changes
+
+
+def demo_form() -> dict[str, Any]:
+    """The form as `make run` opens it: the CPU demo preset on the tiny offline model."""
+    from backend.demo import demo_paths
+
+    paths = demo_paths()
+    return {
+        **FORM_DEFAULTS,
+        "preset": DEFAULT_PRESET_ID,
+        "model_path": str(paths.model_dir),
+        "template": "llama3",
+        "dataset_dir": str(paths.dataset_dir),
+        "dataset": paths.dataset_name,
+        "lora_rank": 8,
+        "lora_alpha": 16,
+        "learning_rate": 5e-3,
+        "max_steps": 30,
+        "num_train_epochs": 1.0,
+        "batch_size": 4,
+        "grad_accum": 1,
+        "cutoff_len": 128,
+        "precision": "fp32",
+        "flash_attn": "disabled",
+        "gradient_checkpointing": False,
+        "logging_steps": 1,
+        "save_steps": 10,
+        "run_name": "demo",
+    }
+
+
+class RunMonitor:
+    """Incremental view of one run's files; polled by every tab, reads at most every 0.5 s."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG)
+        self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE)
+        self.series = MetricSeries()
+        self.memory: dict[tuple[str, int], MemorySeries] = {}
+        self.memory_label = ""
+        self.first_sample_at: float | None = None
+        self.counter = 0  # bumps whenever new points or readings arrive
+        self._last_poll = 0.0
+        self._lock = threading.Lock()
+
+    def poll(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_poll < POLL_INTERVAL_S:
+                return
+            self._last_poll = now
+            points = [p for p in map(parse_metric, self.metrics_tail.poll()) if p is not None]
+            changed = self.series.extend(points)
+            for record in self.samples_tail.poll():
+                try:
+                    reading = Reading.from_json(record)
+                except TypeError:
+                    continue
+                self._add_reading(reading)
+                changed = True
+            if changed:
+                self.counter += 1
+
+    def _add_reading(self, reading: Reading) -> None:
+        if self.first_sample_at is None:
+            self.first_sample_at = reading.at
+        key = (reading.source, reading.gpu)
+        series = self.memory.get(key)
+        if series is None:
+            label = reading.label or (f"GPU {reading.gpu}" if reading.source != "process" else "training process")
+            series = self.memory[key] = MemorySeries(reading.gpu, label)
+        series.add(
+            reading.at - self.first_sample_at,
+            reading.used_bytes,
+            reading.total_bytes,
+            reading.util_pct,
+            reading.temp_c,
+            reading.power_w,
+            reading.source,
+        )
+        self.memory_label = (
+            "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"
+        )
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
+    """The last lines of train.log, read from its end (the log can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+class RocBoard:
+    """One per app: runs directory, presets, launcher, telemetry sampler, run monitors."""
+
+    def __init__(self, runs_dir: Path, presets_dir: Path = PRESETS_DIR, sampler: Any = None, export_dir: Path | None = None):
+        self.store = RunStore(Path(runs_dir))
+        self.store.ensure_root()
+        self.presets: dict[str, HardwarePreset]
+        self.preset_errors: list[PresetLoadError]
+        self.presets, self.preset_errors = load_presets(presets_dir)
+        self.launcher = Launcher(self.store)
+        self.sampler = sampler
+        # Downloads are served from a copy in the system temp dir: Gradio serves files the
+        # app returns from there, and nothing else of the runs directory is ever exposed.
+        self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="rocboard-exports-"))
+        self._monitors: dict[str, RunMonitor] = {}
+        self._start_lock = threading.Lock()
+        self._watched: str | None = None
+
+    # --- presets and form ------------------------------------------------------------
+
+    def preset(self, preset_id: str) -> HardwarePreset | None:
+        return self.presets.get(preset_id)
+
+    def preset_choices(self) -> list[tuple[str, str]]:
+        return [(p.display_name, p.id) for p in self.presets.values()]
+
+    def form_for_preset(self, preset_id: str) -> dict[str, Any]:
+        preset = self.preset(preset_id)
+        return preset.form_values() if preset else {}
+
+    def parse(self, form: Mapping[str, Any]) -> tuple[RunConfig, list[Finding], HardwarePreset | None]:
+        preset = self.preset(str(form.get("preset", "")))
+        findings: list[Finding] = []
+        if preset is None:
+            findings.append(
+                Finding("preset", f"Unknown hardware preset {form.get('preset')!r}.", "Pick a preset from the list.", rule="unknown-preset")
+            )
+        config, form_findings = parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
+        findings += form_findings
+        findings += self._check(config, preset)
+        return config, findings, preset
+
+    def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
+        from backend.checks import check_config, check_output_dir
+
+        return check_config(config, preset) + check_output_dir(self.store.root)
+
+    def preview(self, form: Mapping[str, Any]) -> Preview:
+        config, findings, preset = self.parse(form)
+        output_dir = self.store.root / "<run-id>" / OUTPUT_DIR
+        return Preview(
+            yaml_text=to_yaml(config, output_dir),
+            command=self.shell_lines(config, preset),
+            findings=findings,
+            config=config,
+        )
+
+    @staticmethod
+    def shell_lines(config: RunConfig, preset: HardwarePreset | None) -> str:
+        from backend.export import export_shell
+
+        return export_shell(config, preset, CONFIG_FILE)
+
+    # --- runs ------------------------------------------------------------------------
+
+    def active_run(self) -> RunState | None:
+        for state in self.store.list():
+            if state.active:
+                state = self.launcher.refresh(state.id)
+                if state.active:
+                    return state
+        return None
+
+    def start(self, form: Mapping[str, Any]) -> StartResult:
+        """Checks the form and launches the trainer; with any problem, creates nothing."""
+        config, findings, preset = self.parse(form)
+        if has_problems(findings):
+            return StartResult(None, findings)
+        with self._start_lock:  # a double-click launches exactly one run
+            active = self.active_run()
+            if active is not None:
+                return StartResult(
+                    None,
+                    findings
+                    + [
+                        Finding(
+                            "start",
+                            f"Run {active.id} is still {active.state}; RocBoard trains one run at a time.",
+                            "Wait for it to finish, or stop it first.",
+                            rule="run-active",
+                        )
+                    ],
+                )
+            return StartResult(self._launch(config, preset), findings)
+
+    def _launch(self, config: RunConfig, preset: HardwarePreset | None) -> RunState:
+        run_id = self.store.new_run_id(config.run_name)
+        output_dir = self.store.root / run_id / OUTPUT_DIR
+        state = self.store.create(
+            name=config.run_name,
+            preset=config.hardware.preset,
+            model=config.model.model_name_or_path,
+            files={
+                CONFIG_FILE: to_yaml(config, output_dir),
+                FORM_FILE: json.dumps(to_form(config), indent=2),
+                LOG_FILE: "",
+            },
+            run_id=run_id,
+        )
+        state = self.launcher.start(state.id, dict(config.hardware.env))
+        self._watch(state)
+        return state
+
+    def _watch(self, state: RunState) -> None:
+        if self.sampler is None:
+            return
+        self._watched = state.id
+        self.sampler.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
+
+    def _unwatch_if(self, run_id: str) -> None:
+        if self.sampler is not None and self._watched == run_id:
+            self._watched = None
+            self.sampler.watch(None, None)
+
+    def stop(self, run_id: str) -> RunState:
+        state = self.launcher.stop(run_id)
+        self._unwatch_if(run_id)
+        return state
+
+    def reattach(self) -> RunState | None:
+        """After a restart: follow the run that is still training, settle the ones that ended."""
+        active = self.active_run()
+        if active is not None:
+            self._watch(active)
+        return active
+
+    def monitor(self, run_id: str) -> RunMonitor:
+        monitor = self._monitors.get(run_id)
+        if monitor is None:
+            monitor = self._monitors[run_id] = RunMonitor(self.store.run_dir(run_id))
+        return monitor
+
+    def snapshot(self, run_id: str) -> RunSnapshot:
+        state = self.launcher.refresh(run_id)
+        if not state.active:
+            self._unwatch_if(run_id)
+        monitor = self.monitor(run_id)
+        monitor.poll()
+        run_dir = self.store.run_dir(run_id)
+        log_tail = "" if state.active else _log_tail(run_dir / LOG_FILE)
+        adapter = artifacts.has_adapter(run_dir)
+        return RunSnapshot(
+            run=state,
+            points=list(monitor.series.points),
+            memory=list(monitor.memory.values()),
+            memory_label=monitor.memory_label,
+            log_tail=log_tail,
+            has_adapter=adapter,
+            garbage_lines=monitor.metrics_tail.garbage_lines,
+            version=(state.state, state.exit_code, monitor.counter, adapter),
+        )
+
+    def adapter_download(self, run_id: str) -> Path:
+        """A servable copy of the run's adapter.zip (in the app's temp export dir)."""
+        archive = artifacts.build_adapter_zip(self.store.run_dir(run_id))
+        target_dir = self.export_dir / run_id
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{run_id}-adapter.zip"
+        partial = target.with_suffix(".partial")
+        try:
+            os.link(archive, partial)
+        except OSError:
+            shutil.copyfile(archive, partial)
+        os.replace(partial, target)
+        return target
+
+    def run_to_show(self) -> RunState | None:
+        """What a freshly opened tab shows: the active run, else the newest one."""
+        active = self.active_run()
+        if active is not None:
+            return active
+        runs = self.store.list()
+        return runs[0] if runs else None
+
+    def failure_cause(self, run_id: str) -> tuple[str, str]:
+        """(cause, fix) of a failed run, read from its train.log; empty when unknown."""
+        from backend.diagnose import summarize_failure
+
+        state = self.store.read(run_id)
+        text = _log_tail(self.store.run_dir(run_id) / LOG_FILE, lines=400, max_bytes=400_000)
+        summary = summarize_failure(text, state.exit_code)
+        top = summary.diagnosis
+        return (top.cause, top.fix) if top is not None else ("", "")
+
+    def runs(self) -> list[RunState]:
+        return [self.launcher.refresh(s.id) if s.active else s for s in self.store.list()]
+
+    def delete(self, run_id: str) -> None:
+        state = self.store.read(run_id)
+        if state.active:
+            raise RuntimeError(f"run {run_id} is {state.state}: stop it before deleting it")
+        self._monitors.pop(run_id, None)
+        self.store.delete(run_id)
+
+
+__all__ = ["Preview", "RocBoard", "RunMonitor", "RunNotFound", "RunSnapshot", "StartResult", "demo_form"]

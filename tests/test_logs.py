@@ -1,0 +1,85 @@
+import json
+import os
+
+from backend.logs import JsonlTail, MetricSeries, parse_metric
+
+
+def line(step, loss=1.0, total=30):
+    return json.dumps({"current_steps": step, "total_steps": total, "loss": loss, "lr": 1e-3, "epoch": 0.1, "percentage": step / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:09"}) + "\n"
+
+
+def test_yields_each_record_once(tmp_path):
+    path = tmp_path / "trainer_log.jsonl"
+    tail = JsonlTail(path)
+    assert tail.poll() == []  # no file yet is not an error
+    path.write_text(line(1) + line(2))
+    assert [r["current_steps"] for r in tail.poll()] == [1, 2]
+    assert tail.poll() == []
+    with open(path, "a") as f:
+        f.write(line(3))
+    assert [r["current_steps"] for r in tail.poll()] == [3]
+
+
+def test_partial_last_line_is_left_for_next_poll(tmp_path):
+    path = tmp_path / "log.jsonl"
+    record = line(1)
+    path.write_text(record[:-1])  # everything but the newline
+    tail = JsonlTail(path)
+    assert tail.poll() == []
+    with open(path, "a") as f:
+        f.write(record[-1])
+    assert [r["current_steps"] for r in tail.poll()] == [1]
+    half = line(2)
+    with open(path, "a") as f:
+        f.write(half[:10])
+    assert tail.poll() == []
+    with open(path, "a") as f:
+        f.write(half[10:])
+    assert [r["current_steps"] for r in tail.poll()] == [2]
+
+
+def test_garbage_lines_are_counted_and_skipped(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(line(1) + "not json at all\n" + "[1, 2]\n" + "\xff\n" + line(2))
+    tail = JsonlTail(path)
+    assert [r["current_steps"] for r in tail.poll()] == [1, 2]
+    assert tail.garbage_lines == 3
+
+
+def test_replaced_file_is_read_from_the_start(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(line(1) + line(2) + line(3))
+    tail = JsonlTail(path)
+    assert len(tail.poll()) == 3
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_text(line(1) + line(2) + line(3) + line(4))  # longer, but a new file
+    os.replace(replacement, path)
+    assert [r["current_steps"] for r in tail.poll()] == [1, 2, 3, 4]
+    assert tail.restarts == 1
+
+
+def test_truncated_file_is_read_from_the_start(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(line(1) + line(2))
+    tail = JsonlTail(path)
+    tail.poll()
+    with open(path, "r+") as f:
+        f.truncate(0)
+        f.write(line(7))
+    assert [r["current_steps"] for r in tail.poll()] == [7]
+
+
+def test_metric_series_resume_replaces_repeated_steps():
+    series = MetricSeries()
+    series.extend([parse_metric(json.loads(line(s))) for s in (1, 2, 3, 4, 5)])
+    # A resume from checkpoint-3 logs steps 4 and 5 again, then goes on.
+    series.extend([parse_metric(json.loads(line(s, loss=0.5))) for s in (4, 5, 6)])
+    assert [p.step for p in series.points] == [1, 2, 3, 4, 5, 6]
+    assert [p.loss for p in series.points][3:] == [0.5, 0.5, 0.5]
+
+
+def test_last_line_without_loss_parses():
+    record = {"current_steps": 30, "total_steps": 30, "epoch": 1.0, "percentage": 100.0, "elapsed_time": "0:00:10", "remaining_time": "0:00:00"}
+    point = parse_metric(record)
+    assert point is not None and point.loss is None and point.step == 30
+    assert parse_metric({"foo": 1}) is None

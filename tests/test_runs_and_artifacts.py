@@ -1,0 +1,81 @@
+import os
+import zipfile
+
+import pytest
+
+from backend.artifacts import NoAdapter, build_adapter_zip
+from backend.runs import RunNotFound, RunStore
+
+
+def test_create_is_whole_or_nothing(tmp_path, monkeypatch):
+    store = RunStore(tmp_path)
+    run = store.create("demo", "cpu-demo", "/m", {"config.yaml": "a: 1\n"})
+    assert (tmp_path / run.id / "config.yaml").read_text() == "a: 1\n"
+    assert store.read(run.id).state == "starting"
+
+    def broken_write(self, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("pathlib.Path.write_text", broken_write)
+    with pytest.raises(OSError):
+        store.create("other", "cpu-demo", "/m", {"config.yaml": "a: 1\n"})
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.id]  # no half-made run, no staging dir
+
+
+def test_run_ids_never_leave_the_runs_dir(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    store.ensure_root()
+    (tmp_path / "state.json").write_text("{}")
+    for bad in ["..", "../", "../runs", "/etc", "a/b", "%2e%2e", "", ".hidden", None]:
+        with pytest.raises(RunNotFound):
+            store.run_dir(bad)
+
+
+def test_two_runs_in_the_same_second_get_distinct_ids(tmp_path):
+    store = RunStore(tmp_path)
+    a = store.create("x", "p", "m", {})
+    b = store.create("x", "p", "m", {})
+    assert a.id != b.id
+    assert {s.id for s in store.list()} == {a.id, b.id}
+
+
+def adapter_run(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    run = store.create("demo", "cpu-demo", "/m", {"config.yaml": "model_name_or_path: /m\n"})
+    run_dir = store.run_dir(run.id)
+    out = run_dir / "output"
+    out.mkdir()
+    (out / "adapter_model.safetensors").write_bytes(b"weights")
+    (out / "adapter_config.json").write_text("{}")
+    (out / "tokenizer.json").write_text("{}")
+    (out / "tokenizer_config.json").write_text("{}")
+    (out / "trainer_log.jsonl").write_text("")
+    return run_dir
+
+
+def test_zip_holds_adapter_tokenizer_and_config_only(tmp_path):
+    run_dir = adapter_run(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not serve")
+    os.symlink(secret, run_dir / "output" / "special_tokens_map.json")  # planted link
+    archive = build_adapter_zip(run_dir)
+    assert archive.parent == run_dir
+    names = set(zipfile.ZipFile(archive).namelist())
+    assert names == {"adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "tokenizer_config.json", "config.yaml"}
+
+
+def test_a_symlinked_adapter_is_not_an_adapter(tmp_path):
+    run_dir = adapter_run(tmp_path)
+    weights = run_dir / "output" / "adapter_model.safetensors"
+    weights.unlink()
+    os.symlink("/etc/passwd", weights)
+    with pytest.raises(NoAdapter):
+        build_adapter_zip(run_dir)
+
+
+def test_no_adapter_yet(tmp_path):
+    run_dir = adapter_run(tmp_path)
+    (run_dir / "output" / "adapter_config.json").unlink()
+    with pytest.raises(NoAdapter):
+        build_adapter_zip(run_dir)
