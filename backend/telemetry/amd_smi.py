@@ -18,7 +18,7 @@ import time
 from typing import Any, Mapping
 
 from backend.telemetry.base import Reading, SourceStatus
-from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, extract_json
+from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, iter_json
 from backend.telemetry.tool import ToolOutput, run_tool
 from backend.telemetry.topology import CardIdentity
 
@@ -82,8 +82,14 @@ def gpu_entries(data: Any) -> list[dict[str, Any]]:
 def parse_amd_smi_metric(text: str, at: float | None = None) -> list[Reading]:
     """Readings numbered by amd-smi's `gpu`; [] for empty or non-JSON output."""
     at = time.time() if at is None else at
-    readings = []
-    for entry in gpu_entries(extract_json(text)):
+    readings: list[Reading] = []
+    seen: set[int] = set()
+    for entry in (e for value in iter_json(text) for e in gpu_entries(value)):
+        if entry["gpu"] in seen:
+            continue  # the same GPU again (the duplicate-output bug): first answer wins
+        if not any(k in entry for k in ("mem_usage", "usage", "power", "temperature")):
+            continue  # not a metric answer (e.g. `amd-smi list`)
+        seen.add(entry["gpu"])
         memory = entry.get("mem_usage") if isinstance(entry.get("mem_usage"), dict) else {}
         readings.append(
             Reading(
@@ -104,7 +110,7 @@ def parse_amd_smi_metric(text: str, at: float | None = None) -> list[Reading]:
 def parse_amd_smi_list(text: str) -> dict[int, CardIdentity]:
     """{gpu: identity} from `amd-smi list --json` (its "bdf" is the PCI address)."""
     identities: dict[int, CardIdentity] = {}
-    for entry in gpu_entries(extract_json(text)):
+    for entry in (e for value in iter_json(text) for e in gpu_entries(value)):
         bdf = entry.get("bdf")
         bdf = bdf.strip().lower() if isinstance(bdf, str) else ""
         valid = re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", bdf)

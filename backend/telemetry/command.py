@@ -36,6 +36,24 @@ def extract_json(text: str) -> Any | None:
             start = position + 1
 
 
+def iter_json(text: str) -> list[Any]:
+    """Every top-level JSON object or array in `text`, in order (stray text between them
+    skipped): one amd-smi release printed its whole answer twice."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    position = 0
+    while True:
+        starts = [p for p in (text.find("{", position), text.find("[", position)) if p >= 0]
+        if not starts:
+            return values
+        start = min(starts)
+        try:
+            value, position = decoder.raw_decode(text, start)
+            values.append(value)
+        except ValueError:
+            position = start + 1
+
+
 def first_line(text: str, limit: int = 200) -> str:
     for line in text.splitlines():
         if line.strip():
