@@ -32,6 +32,9 @@ class SysfsCard:
     hwmon_dir: Path | None
     pci_address: str | None
     render_minor: int | None
+    # Found once, read every tick: globbing hwmon and reading labels each time doubled the cost.
+    temperature_inputs: tuple[tuple[str, Path], ...] = ()  # (label, tempK_input)
+    power_files: tuple[Path, ...] = ()  # power1_average, then power1_input
 
 
 def parse_int(text: str) -> int | None:
@@ -64,8 +67,19 @@ def _read(path: Path) -> str | None:
 
 
 def _read_int(path: Path) -> int | None:
-    text = _read(path)
-    return parse_int(text) if text is not None else None
+    # os-level read: these run every tick, and Path.read_text's text layer costs several times more.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.read(fd, 64)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    try:
+        return int(data.strip())
+    except ValueError:
+        return None
 
 
 def find_amd_cards(sysfs_root: Path) -> list[SysfsCard]:
@@ -93,24 +107,41 @@ def find_amd_cards(sysfs_root: Path) -> list[SysfsCard]:
         except OSError:
             pass
         hwmons = sorted((device / "hwmon").glob("hwmon*")) if (device / "hwmon").is_dir() else []
-        cards.append(SysfsCard(int(name[4:]), device, hwmons[0] if hwmons else None, address, render_minor))
+        hwmon = hwmons[0] if hwmons else None
+        cards.append(
+            SysfsCard(
+                int(name[4:]),
+                device,
+                hwmon,
+                address,
+                render_minor,
+                _temperature_inputs(hwmon) if hwmon else (),
+                (hwmon / "power1_average", hwmon / "power1_input") if hwmon else (),
+            )
+        )
     return cards
+
+
+def _temperature_inputs(hwmon: Path) -> tuple[tuple[str, Path], ...]:
+    found: dict[str, Path] = {}
+    for temp_input in sorted(hwmon.glob("temp*_input")):
+        label = (_read(temp_input.with_name(temp_input.name.replace("_input", "_label"))) or "").strip()
+        found.setdefault(label or temp_input.name.split("_")[0], temp_input)
+    return tuple(found.items())
 
 
 def read_card(card: SysfsCard, at: float | None = None) -> Reading:
     """One reading of one card, numbered by its card number; unreadable files are None."""
     temps: dict[str, float] = {}
+    for label, temp_input in card.temperature_inputs:
+        millideg = _read_int(temp_input)
+        if millideg is not None:
+            temps[label] = millideg / 1000.0
     power_uw = None
-    if card.hwmon_dir is not None:
-        for temp_input in sorted(card.hwmon_dir.glob("temp*_input")):
-            millideg = _read_int(temp_input)
-            if millideg is None:
-                continue
-            label = (_read(temp_input.with_name(temp_input.name.replace("_input", "_label"))) or "").strip()
-            temps.setdefault(label or temp_input.name.split("_")[0], millideg / 1000.0)
-        power_uw = _read_int(card.hwmon_dir / "power1_average")
-        if power_uw is None:
-            power_uw = _read_int(card.hwmon_dir / "power1_input")
+    for power_file in card.power_files:
+        power_uw = _read_int(power_file)
+        if power_uw is not None:
+            break
     busy = _read_int(card.device_dir / "gpu_busy_percent")
     return Reading(
         gpu=card.card,
