@@ -47,7 +47,8 @@ class Sampler:
         self.idle_after_s = idle_after_s
         self._clock = clock
         self._given_sources = sources
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the cache, statuses and samples file; held briefly
+        self._tick_lock = threading.Lock()
         self._sources: list[Source] | None = None
         self._statuses: list[SourceStatus] = []
         self._backoffs: dict[str, Backoff] = {}
@@ -142,7 +143,8 @@ class Sampler:
         """Take one sample now, on the calling thread (the sampler thread calls this; tests
         and the CLI may too). Never raises."""
         try:
-            return self._tick()
+            with self._tick_lock:  # the thread and a direct caller never read a source at once
+                return self._tick()
         except Exception:  # the thread must survive anything a source or the disk throws
             log.exception("telemetry tick failed")
             return []
@@ -212,8 +214,8 @@ class Sampler:
 
     def _write_samples(self, readings: list[Reading]) -> None:
         """Append one JSON line per reading and flush (called with the lock held)."""
-        if self._samples_path is None or not readings:
-            return
+        if self._samples_path is None or not readings or self._stopping.is_set():
+            return  # after stop(), a tick that was still running must not reopen the file
         try:
             if self._samples_file is None:
                 self._samples_path.parent.mkdir(parents=True, exist_ok=True)
