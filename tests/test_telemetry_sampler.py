@@ -287,3 +287,21 @@ def _wait_for(condition, limit_s: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never became true"
         time.sleep(0.02)
+
+
+def test_the_watched_runs_own_visible_devices_decide_which_gpus_are_charted(tmp_path, fake_sys_root):
+    # The web process sees both GPUs; the run was started with HIP_VISIBLE_DEVICES=1.
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "HIP_VISIBLE_DEVICES": "1"},
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        sampler = Sampler([SysfsSource(fake_sys_root, env={})])
+        assert [r.total_bytes for r in sampler.tick()] == [25753026560, 17163091968]
+        sampler.watch(tmp_path / "telemetry.jsonl", pid=child.pid)
+        assert [(r.gpu, r.total_bytes) for r in sampler.tick()] == [(0, 17163091968)]
+    finally:
+        child.kill()
+        child.wait()

@@ -10,7 +10,15 @@ from typing import Any, Mapping
 
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.tool import ToolOutput, find_tool, run_tool
-from backend.telemetry.topology import CardIdentity, read_kfd_gpus, to_run_indices, visible_gpus
+from backend.telemetry.topology import (
+    CardIdentity,
+    KfdGpu,
+    VisibleGpu,
+    read_kfd_gpus,
+    to_run_indices,
+    visible_gpus,
+    with_visibility,
+)
 
 GROUPS_HINT = "Add your user to the render and video groups (`sudo usermod -aG render,video $USER`), then log in again"
 DRIVER_HINT = (
@@ -83,7 +91,8 @@ class CommandSource:
         self.timeout_s = timeout_s
         self.probe_timeout_s = probe_timeout_s
         self.last_failure = ""
-        self._gpus = None
+        self._kfd: list[KfdGpu] | None = None
+        self._gpus: list[VisibleGpu] | None = None
 
     # --- what subclasses provide -------------------------------------------------------
 
@@ -121,9 +130,14 @@ class CommandSource:
             seen = first_line(output.stderr) or first_line(output.stdout) or "no output"
             return SourceStatus(self.name, False, f"{self.tool} reported no GPU: {seen}", self.install_hint)
         self.after_probe()
-        kfd = read_kfd_gpus(self.sysfs_root)
-        self._gpus = visible_gpus(kfd, self.env) if kfd is not None else None
+        self._kfd = read_kfd_gpus(self.sysfs_root)
+        self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
         return SourceStatus(self.name, True, f"{self.tool}: {len(readings)} GPU(s), {output.seconds:.2f} s per call")
+
+    def set_run_environment(self, run_env: Mapping[str, str]) -> None:
+        """Show the GPUs the run sees, by the run's own *_VISIBLE_DEVICES (after probe)."""
+        self.env = with_visibility(self.env, run_env)
+        self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
 
     def read(self) -> list[Reading]:
         output = run_tool(self.argv(), self.timeout_s, self.env)

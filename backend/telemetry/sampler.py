@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Callable
 
+import psutil
+
 from backend.telemetry.backoff import Backoff
 from backend.telemetry.base import Reading, Source, SourceStatus
 
@@ -58,6 +60,7 @@ class Sampler:
         self._samples_path: Path | None = None
         self._samples_file: IO[str] | None = None
         self._pid: int | None = None
+        self._run_env_pending = False  # a new pid: read its *_VISIBLE_DEVICES on the next tick
         self._last_demand = clock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -92,6 +95,8 @@ class Sampler:
             if samples_path != self._samples_path:
                 self._close_samples_file()
                 self._samples_path = Path(samples_path) if samples_path is not None else None
+            if pid != self._pid and pid is not None:
+                self._run_env_pending = True
             self._pid = pid
         self._wake.set()
 
@@ -166,6 +171,8 @@ class Sampler:
         sources = self._sources or []
         if not sources:
             return []
+        if self._run_env_pending:
+            self._apply_run_environment(sources)
         source = sources[0]
         now = self._clock()
         backoff = self._backoffs.setdefault(source.name, Backoff())
@@ -211,6 +218,22 @@ class Sampler:
         with self._lock:
             self._statuses = statuses
             self._sources = sources
+
+    def _apply_run_environment(self, sources: list[Source]) -> None:
+        """Chart the GPUs the watched run sees: the launcher may set ROCR_/HIP_VISIBLE_DEVICES
+        for the training process only, so they are read from that process, not from ours."""
+        self._run_env_pending = False
+        pid = self._pid
+        if pid is None:
+            return
+        try:
+            run_env = psutil.Process(pid).environ()
+        except (psutil.Error, OSError):
+            return  # gone already, or not ours to read: keep the web process's view
+        for source in sources:
+            apply = getattr(source, "set_run_environment", None)
+            if apply is not None:
+                apply(run_env)
 
     def _write_samples(self, readings: list[Reading]) -> None:
         """Append one JSON line per reading and flush (called with the lock held)."""

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Mapping
 
 from backend.telemetry.base import Reading, SourceStatus
-from backend.telemetry.topology import CardIdentity, read_kfd_gpus, to_run_indices, visible_gpus
+from backend.telemetry.topology import (
+    CardIdentity,
+    KfdGpu,
+    VisibleGpu,
+    read_kfd_gpus,
+    to_run_indices,
+    visible_gpus,
+    with_visibility,
+)
 
 AMD_VENDOR_ID = "0x1002"
 # Which sensor a chart line shows when a card has several: the edge sensor is what
@@ -173,13 +181,14 @@ class SysfsSource:
         self.last_failure = ""
         self._cards: list[SysfsCard] = []
         self._identities: dict[int, CardIdentity] = {}
+        self._kfd: list[KfdGpu] | None = None
+        self._gpus: list[VisibleGpu] | None = None
 
     def probe(self) -> SourceStatus:
         self._cards = find_amd_cards(self.sysfs_root)
         self._identities = {c.card: CardIdentity(c.card, c.pci_address, c.render_minor) for c in self._cards}
-        self._gpus = None
-        kfd = read_kfd_gpus(self.sysfs_root)
-        self._gpus = visible_gpus(kfd, self.env) if kfd is not None else None
+        self._kfd = read_kfd_gpus(self.sysfs_root)
+        self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
         if not self._cards:
             return SourceStatus(
                 self.name,
@@ -205,6 +214,11 @@ class SysfsSource:
         shown = to_run_indices(read_sysfs_cards(self._cards), self._identities, self._gpus, self.env)
         cards = ", ".join(f"card{c.card}" for c in self._cards)
         return SourceStatus(self.name, True, f"{len(self._cards)} AMD card(s) ({cards}); the run sees {len(shown)}")
+
+    def set_run_environment(self, run_env: Mapping[str, str]) -> None:
+        """Show the GPUs the run sees, by the run's own *_VISIBLE_DEVICES (after probe)."""
+        self.env = with_visibility(self.env, run_env)
+        self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
 
     def read(self) -> list[Reading]:
         readings = read_sysfs_cards(self._cards)

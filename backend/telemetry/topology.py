@@ -17,6 +17,9 @@ from typing import Mapping, Sequence
 
 from backend.telemetry.base import Reading
 
+# The variables that decide which GPUs a process sees, in the order they are applied.
+VISIBILITY_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
 # "VRAM" this small is an integrated GPU's carve-out from system RAM: not worth a chart line.
 CARVE_OUT_MAX_BYTES = 2 * 1024**3
 
@@ -190,3 +193,11 @@ def _same_card(identity: CardIdentity | None, gpu: VisibleGpu) -> bool:
     if identity.pci_address and gpu.pci_address:
         return identity.pci_address.lower() == gpu.pci_address.lower()
     return identity.render_minor is not None and identity.render_minor == gpu.render_minor
+
+
+def with_visibility(env: Mapping[str, str], run_env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with its visible-device variables replaced by those of `run_env` (the training
+    process's own environment: the launcher may set them for the run only)."""
+    merged = {k: v for k, v in env.items() if k not in VISIBILITY_VARIABLES}
+    merged.update({k: run_env[k] for k in VISIBILITY_VARIABLES if k in run_env})
+    return merged
