@@ -17,9 +17,9 @@ SMOOTHING = 0.8  # TensorBoard-style exponential moving average weight
 
 LIGHT_LAYOUT = {
     "template": "plotly_white",
-    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-    "height": 320,
-    "legend": {"orientation": "h", "y": -0.2},
+    "margin": {"l": 60, "r": 70, "t": 60, "b": 50},
+    "height": 340,
+    "legend": {"orientation": "h", "x": 0, "y": 1.12, "xanchor": "left"},
 }
 
 
@@ -105,7 +105,7 @@ def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max
         "title": {"text": title},
         "xaxis": {"title": {"text": "step"}},
         "yaxis": {"title": {"text": "loss"}},
-        "yaxis2": {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e"},
+        "yaxis2": {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e", "tickformat": ".0e", "rangemode": "tozero"},
     }
     return {"data": data, "layout": layout}
 
@@ -118,7 +118,9 @@ def memory_figure(series: Sequence["MemorySeries"], title: str, max_points: int 
         x = [s.times[i] for i in keep]
         data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} used", "x": x, "y": [_json_number(s.used_gib[i]) for i in keep]})
         totals = [t for t in s.total_gib if t is not None and math.isfinite(t)]
-        if totals and x:
+        # A GPU's capacity is the line its usage must stay under; the machine's RAM is
+        # not a limit of the training process worth drawing at that scale.
+        if totals and x and s.source != "process":
             data.append(
                 {
                     "type": "scatter",

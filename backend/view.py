@@ -7,6 +7,7 @@ wording can be tested (and translated) without a browser.
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import dataclass
 
 from backend.findings import Finding
@@ -67,14 +68,24 @@ class Progress:
     throughput: float | None
 
 
-def progress_of(snapshot: RunSnapshot) -> Progress | None:
+def wall_time(snapshot: RunSnapshot, now: float | None = None) -> str:
+    """Time since the trainer started (model loading included), as H:MM:SS."""
+    run = snapshot.run
+    if run.started_at is None:
+        return ""
+    end = run.ended_at if run.ended_at is not None else (time.time() if now is None else now)
+    seconds = max(0, int(end - run.started_at))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | None:
     latest = snapshot.points[-1] if snapshot.points else None
     if latest is None:
         return None
     total = max(latest.total_steps, 1)
     percent = latest.percentage if latest.percentage is not None else 100.0 * latest.step / total
     throughput = next((p.throughput for p in reversed(snapshot.points) if p.throughput), None)
-    return Progress(latest.step, latest.total_steps, float(percent), latest.elapsed, latest.remaining, throughput)
+    return Progress(latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), latest.remaining, throughput)
 
 
 def progress_html(snapshot: RunSnapshot | None) -> str:
