@@ -1,0 +1,491 @@
+"""Rules over a typed run config: each a small named function returning findings.
+
+Every rule names the form field it is about (the keys of `backend.config.FORM_DEFAULTS`),
+says what is wrong in plain words and what to do; where the fix is mechanical, its `patch`
+holds the form values to set. The YAML importer maps the same findings onto LLaMA-Factory's
+key names (backend/yaml_import.py).
+
+The rules read the disk (model and dataset directories) but never import torch,
+transformers or llamafactory: the web process runs them on every form change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from backend.config import RunConfig
+from backend.estimate import GIB, estimate_memory, read_model_config
+from backend.findings import Finding
+from backend.presets import HardwarePreset
+
+Rule = Callable[["_Context"], list[Finding]]
+
+# --- limits, each with the reason it is where it is --------------------------------------------
+LEARNING_RATE_ABSURD = 1.0  # no fine-tuning recipe uses a rate above 1; a typo for 1e-4 is likelier
+BATCH_SIZE_MAX = 1024  # per device; beyond this no accelerator holds the activations
+GRAD_ACCUM_MAX = 4096
+EPOCHS_MAX = 1000.0
+CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
+CUTOFF_MAX = 1_048_576
+LORA_RANK_MAX = 1024
+STEPS_MAX = 10_000_000
+DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
+RUN_NAME_RULE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")  # not "." or "-" first: hidden, or read as an option
+# `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.pth", "*.pt", "*.gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tiktoken.model")
+DATASET_INFO = "dataset_info.json"
+DATASET_PARSE_MAX_BYTES = 64 * 1024 * 1024  # parse whole .json files up to this; beyond, only their start
+JSONL_LINES_CHECKED = 50
+
+
+def _finding(key: str, problem: str, fix: str, rule: str, severity: str = "problem", **patch: Any) -> Finding:
+    return Finding(key=key, problem=problem, fix=fix, severity=severity, rule=rule, patch=dict(patch))  # type: ignore[arg-type]
+
+
+class _Context:
+    """What the rules look at: the config, the preset, the machine's facts."""
+
+    def __init__(self, config: RunConfig, preset: HardwarePreset | None, offline: bool, bnb_available: Callable[[], bool]):
+        self.config = config
+        self.preset = preset
+        self.offline = offline
+        self.bnb_available = bnb_available
+
+    @property
+    def use_cpu(self) -> bool:
+        return self.config.hardware.use_cpu or (self.preset is not None and self.preset.use_cpu)
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The model directory when it exists and holds a config.json."""
+        path = self.config.model.model_name_or_path
+        if path and (Path(path).expanduser() / "config.json").is_file():
+            return Path(path).expanduser()
+        return None
+
+
+# --- run name -------------------------------------------------------------------------------
+
+
+def rule_run_name(ctx: _Context) -> list[Finding]:
+    name = ctx.config.run_name
+    if name == "":  # the launcher names unnamed runs itself
+        return []
+    if RUN_NAME_RULE.match(name) and name not in (".", ".."):
+        return []
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip(".-")[:64] or "run"
+    return [
+        _finding(
+            "run_name",
+            f"Run name {name!r} can only hold letters, digits, '.', '_' and '-' (at most 64, not starting with '.' or '-'): it becomes a directory name.",
+            f"Use a name like {safe!r}.",
+            "run-name-unsafe",
+            run_name=safe,
+        )
+    ]
+
+
+# --- numbers --------------------------------------------------------------------------------
+
+
+def rule_learning_rate(ctx: _Context) -> list[Finding]:
+    rate = ctx.config.training.learning_rate
+    if not math.isfinite(rate) or rate <= 0:
+        return [_finding("learning_rate", f"Learning rate must be a positive number, not {rate!r}.", "Set it to a small positive number such as 1e-4 (LoRA) or 1e-5 (full).", "learning-rate-not-positive", learning_rate=1e-4)]
+    if rate > LEARNING_RATE_ABSURD:
+        return [
+            _finding(
+                "learning_rate",
+                f"Learning rate {rate:g} is absurdly large: training will diverge at once.",
+                "Use something like 1e-4 for LoRA or 1e-5 for full fine-tuning.",
+                "learning-rate-absurd",
+                severity="warning",
+            )
+        ]
+    return []
+
+
+def _range(key: str, what: str, value: float, low: float, high: float, rule: str, fix_value: Any, unit: str = "") -> list[Finding]:
+    if low <= value <= high:
+        return []
+    return [_finding(key, f"{what} is {value:g}{unit}; it must be between {low:g} and {high:g}.", f"Set {what.lower()} to a value in that range, e.g. {fix_value}.", rule, **{key: fix_value})]
+
+
+def rule_batch(ctx: _Context) -> list[Finding]:
+    training = ctx.config.training
+    return _range("batch_size", "Batch size", training.per_device_train_batch_size, 1, BATCH_SIZE_MAX, "batch-size-range", 1) + _range(
+        "grad_accum", "Gradient accumulation", training.gradient_accumulation_steps, 1, GRAD_ACCUM_MAX, "grad-accum-range", 8
+    )
+
+
+def rule_steps_and_epochs(ctx: _Context) -> list[Finding]:
+    training = ctx.config.training
+    findings: list[Finding] = []
+    if not 0 <= training.max_steps <= STEPS_MAX:
+        findings.append(_finding("max_steps", f"Max steps is {training.max_steps}; it must be 0 (train by epochs) or a positive number.", "Set max steps to 0 to train for the number of epochs, or to the number of steps.", "max-steps-range", max_steps=0))
+    epochs = training.num_train_epochs
+    if training.max_steps <= 0 and (not math.isfinite(epochs) or epochs <= 0):
+        findings.append(_finding("num_train_epochs", f"Epochs is {epochs:g} and max steps is 0: nothing would be trained.", "Set epochs to a positive number (e.g. 3), or set max steps.", "epochs-not-positive", num_train_epochs=3.0))
+    elif math.isfinite(epochs) and epochs > EPOCHS_MAX:
+        findings.append(_finding("num_train_epochs", f"Epochs is {epochs:g}, more than {EPOCHS_MAX:g}.", "Use a few epochs (1-5 is usual for fine-tuning).", "epochs-range", num_train_epochs=3.0))
+    elif not math.isfinite(epochs) or epochs < 0:
+        findings.append(_finding("num_train_epochs", f"Epochs is {epochs!r}; it must be a positive number.", "Set epochs to a positive number (e.g. 3).", "epochs-not-positive", num_train_epochs=3.0))
+    return findings
+
+
+def rule_logging_and_save_steps(ctx: _Context) -> list[Finding]:
+    training = ctx.config.training
+    return _range("logging_steps", "Logging steps", training.logging_steps, 1, STEPS_MAX, "logging-steps-range", 10) + _range(
+        "save_steps", "Save steps", training.save_steps, 1, STEPS_MAX, "save-steps-range", 500
+    )
+
+
+def rule_cutoff(ctx: _Context) -> list[Finding]:
+    cutoff = ctx.config.data.cutoff_len
+    if not 1 <= cutoff <= CUTOFF_MAX:
+        return [_finding("cutoff_len", f"Cutoff length is {cutoff}; it must be between 1 and {CUTOFF_MAX}.", "Set cutoff length to the longest example you need in tokens, e.g. 1024.", "cutoff-range", cutoff_len=1024)]
+    findings: list[Finding] = []
+    if cutoff < CUTOFF_MIN_SENSIBLE:
+        findings.append(_finding("cutoff_len", f"Cutoff length {cutoff} is shorter than a chat template's own tokens: examples would be cut to nothing.", f"Use at least {CUTOFF_MIN_SENSIBLE}; 512-2048 is usual.", "cutoff-too-short", severity="warning"))
+    model_config = read_model_config(ctx.config.model.model_name_or_path)
+    positions = model_config.get("max_position_embeddings") if model_config else None
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0 and cutoff > positions:
+        findings.append(
+            _finding("cutoff_len", f"Cutoff length {cutoff} is longer than the model's context ({positions} tokens, max_position_embeddings).", f"Set cutoff length to {positions} or less.", "cutoff-beyond-context", severity="warning", cutoff_len=positions)
+        )
+    return findings
+
+
+def rule_lora(ctx: _Context) -> list[Finding]:
+    method = ctx.config.method
+    if method.finetuning_type != "lora":
+        return []
+    findings = _range("lora_rank", "LoRA rank", method.lora_rank, 1, LORA_RANK_MAX, "lora-rank-range", 8)
+    if method.lora_alpha < 1:
+        findings.append(_finding("lora_alpha", f"LoRA alpha is {method.lora_alpha}; it must be 1 or more.", "Set LoRA alpha to twice the rank (e.g. 16 for rank 8).", "lora-alpha-range", lora_alpha=max(2 * method.lora_rank, 1)))
+    if not (math.isfinite(method.lora_dropout) and 0 <= method.lora_dropout < 1):
+        findings.append(_finding("lora_dropout", f"LoRA dropout is {method.lora_dropout:g}; it must be at least 0 and below 1.", "Set LoRA dropout to 0 (or 0.05-0.1).", "lora-dropout-range", lora_dropout=0.0))
+    return findings
+
+
+# --- model ----------------------------------------------------------------------------------
+
+
+def rule_model_path(ctx: _Context) -> list[Finding]:
+    raw = ctx.config.model.model_name_or_path
+    if not raw:
+        return [_finding("model_path", "No model is set.", "Enter the absolute path of a model directory (one with config.json and the weights).", "model-path-missing")]
+    path = Path(raw).expanduser()
+    if HUB_ID.match(raw) and not path.exists():
+        if not ctx.offline:
+            return []
+        return [
+            _finding(
+                "model_path",
+                f"{raw!r} is a Hugging Face hub id, and this machine works offline: the trainer cannot download it.",
+                f"Download the model to local disk on a connected machine (e.g. `huggingface-cli download {raw} --local-dir /models/{raw.split('/')[-1]}`), copy it here, and enter the directory's absolute path.",
+                "model-hub-id-offline",
+            )
+        ]
+    if not path.exists():
+        return [_finding("model_path", f"Model directory {raw} does not exist.", "Enter the absolute path of a model directory on this machine.", "model-path-not-found")]
+    if not path.is_dir():
+        return [_finding("model_path", f"{raw} is a file, not a model directory.", "Enter the directory that holds config.json and the weights, not a file in it.", "model-path-not-dir")]
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        return [_finding("model_path", f"{raw} has no config.json: it is not a Hugging Face model directory.", "Enter the directory that holds config.json (for a downloaded snapshot, the snapshots/<hash> folder).", "model-no-config")]
+    try:
+        json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return [_finding("model_path", f"{config_file} cannot be read as JSON ({error}).", "Copy the model again: its config.json is damaged or incomplete.", "model-config-unreadable")]
+    findings: list[Finding] = []
+    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        findings.append(_finding("model_path", f"{raw} has a config.json but no weight files (*.safetensors, *.bin).", "Copy the weight files into the directory (the download may be incomplete).", "model-no-weights"))
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        findings.append(_finding("model_path", f"{raw} has no tokenizer files (tokenizer.json, tokenizer_config.json...).", "Copy the tokenizer files from the model's download into the directory.", "model-no-tokenizer", severity="warning"))
+    return findings
+
+
+@lru_cache(maxsize=1)
+def known_templates() -> frozenset[str]:
+    """LLaMA-Factory's template names, read from the installed data/template.py source text
+    (no import), or the committed static list when the source cannot be found."""
+    spec = importlib.util.find_spec("llamafactory")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            source = (Path(location) / "data" / "template.py").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        names = re.findall(r'^register_template\(\s*name\s*=\s*"([^"]+)"', source, flags=re.MULTILINE)
+        if names:
+            return frozenset(names)
+    from backend.lf_check import static_names
+
+    return static_names().templates
+
+
+def rule_template(ctx: _Context) -> list[Finding]:
+    template = ctx.config.model.template
+    names = known_templates()
+    if template in names:
+        return []
+    close = difflib.get_close_matches(template, sorted(names), n=3, cutoff=0.6)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    return [
+        _finding(
+            "template",
+            f"Template {template!r} is not one LLaMA-Factory knows.{hint}",
+            "Pick the template of the model family (llama3, qwen, mistral, gemma...); for a base model, `default` works.",
+            "template-unknown",
+            # A near-certain spelling fix is mechanical; a choice between several is not.
+            **{"template": best for best in difflib.get_close_matches(template, sorted(names), n=1, cutoff=0.85)},
+        )
+    ]
+
+
+# --- data -----------------------------------------------------------------------------------
+
+
+def rule_dataset(ctx: _Context) -> list[Finding]:
+    data = ctx.config.data
+    if not data.dataset_dir:
+        return [_finding("dataset_dir", "No dataset directory is set.", f"Enter the directory that holds {DATASET_INFO} and the data files.", "dataset-dir-missing")]
+    directory = Path(data.dataset_dir).expanduser()
+    if not directory.is_dir():
+        return [_finding("dataset_dir", f"Dataset directory {data.dataset_dir} does not exist or is not a directory.", f"Enter the directory that holds {DATASET_INFO}.", "dataset-dir-not-found")]
+    info_path = directory / DATASET_INFO
+    if not info_path.is_file():
+        return [_finding("dataset_dir", f"{data.dataset_dir} has no {DATASET_INFO}, which names the datasets in it.", f"Add a {DATASET_INFO} (see LLaMA-Factory's data/README.md), or pick the directory that has one.", "dataset-info-missing")]
+    info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+    if error or not isinstance(info, dict):
+        return [_finding("dataset_dir", f"{info_path} cannot be read as a JSON mapping ({error or 'not a mapping'}).", f"Fix the JSON syntax of {DATASET_INFO}.", "dataset-info-unreadable")]
+    if not data.datasets:
+        names = ", ".join(sorted(info)[:8])
+        return [_finding("dataset", "No dataset is chosen.", f"Pick one of the datasets in {DATASET_INFO}: {names}.", "dataset-missing")]
+    findings: list[Finding] = []
+    for name in data.datasets:
+        findings += _dataset_entry(ctx, directory, info, name)
+    return findings
+
+
+def _dataset_entry(ctx: _Context, directory: Path, info: dict[str, Any], name: str) -> list[Finding]:
+    if name not in info:
+        close = difflib.get_close_matches(name, sorted(info), n=1, cutoff=0.6)
+        return [
+            _finding(
+                "dataset",
+                f"Dataset {name!r} is not in {directory / DATASET_INFO}.",
+                (f"Did you mean {close[0]!r}? " if close else "") + f"Pick one of: {', '.join(sorted(info)[:8])}.",
+                "dataset-not-in-info",
+            )
+        ]
+    entry = info[name]
+    if not isinstance(entry, dict):
+        return [_finding("dataset", f"The entry for {name!r} in {DATASET_INFO} is not a mapping.", 'Write it as {"file_name": "..."}.', "dataset-entry-bad")]
+    hub = next((entry[k] for k in ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url") if k in entry), None)
+    if hub is not None:
+        if ctx.offline:
+            return [_finding("dataset", f"Dataset {name!r} is downloaded from a hub ({hub}), and this machine works offline.", f"Download it to a file in {directory}, and give its entry a file_name instead of the hub url.", "dataset-hub-offline")]
+        return []
+    file_name = entry.get("file_name")
+    if not isinstance(file_name, str) or not file_name:
+        return [_finding("dataset", f"The entry for {name!r} in {DATASET_INFO} has no file_name.", "Add the data file's name, relative to the dataset directory.", "dataset-entry-bad")]
+    path = directory / file_name
+    if path.is_dir():
+        if not any(path.iterdir()):
+            return [_finding("dataset", f"The folder {path} of dataset {name!r} is empty.", "Put the data files in it.", "dataset-file-missing")]
+        return []
+    if not path.is_file():
+        return [_finding("dataset", f"Dataset {name!r} points to {path}, which does not exist.", f"Put the data file there, or fix file_name in {DATASET_INFO}.", "dataset-file-missing")]
+    problem = _data_file_problem(str(path), *_stamp(path))
+    if problem:
+        return [_finding("dataset", f"Dataset file {path} cannot be read: {problem}.", "Fix the file (a JSON list of records, or one JSON object per line for .jsonl).", "dataset-file-unreadable")]
+    return []
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """(modification time, size): the cache key that notices an edited file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, -1)
+    return (stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _read_json_cached(path: str, mtime_ns: int, size: int) -> tuple[Any, str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle), ""
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return None, str(error)
+
+
+@lru_cache(maxsize=64)
+def _data_file_problem(path: str, mtime_ns: int, size: int) -> str:
+    """Why a data file will not load, or "" (cached per file version: files can be large)."""
+    if size == 0:
+        return "it is empty"
+    suffix = Path(path).suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            with open(path, encoding="utf-8") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if number > JSONL_LINES_CHECKED:
+                        break
+                    if line.strip():
+                        json.loads(line)
+        elif suffix == ".json":
+            if size > DATASET_PARSE_MAX_BYTES:
+                with open(path, encoding="utf-8") as handle:
+                    start = handle.read(4096).lstrip()
+                if not start.startswith(("[", "{")):
+                    return "it does not start like JSON"
+            else:
+                with open(path, encoding="utf-8") as handle:
+                    records = json.load(handle)
+                if not isinstance(records, (list, dict)):
+                    return "it holds a single value, not a list of records"
+                if isinstance(records, list) and not records:
+                    return "it holds no records"
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text"
+    except ValueError as error:
+        return f"invalid JSON ({error})"
+    except OSError as error:
+        return str(error)
+    return ""
+
+
+# --- precision, attention, quantization -------------------------------------------------------
+
+
+def rule_precision_on_preset(ctx: _Context) -> list[Finding]:
+    preset, precision = ctx.preset, ctx.config.precision.precision
+    if preset is None or precision != "bf16" or preset.bf16:
+        return []
+    fallback = "fp32" if preset.use_cpu else "fp16"
+    return [
+        _finding(
+            "precision",
+            f"{preset.display_name} has no bf16 support; bf16 would fail at start or run very slowly.",
+            f"Set precision to {fallback}.",
+            "bf16-unsupported",
+            precision=fallback,
+        )
+    ]
+
+
+def rule_flash_attn(ctx: _Context) -> list[Finding]:
+    choice = ctx.config.precision.flash_attn
+    if choice != "fa2":
+        return []
+    if ctx.use_cpu:
+        return [_finding("flash_attn", "FlashAttention-2 needs a GPU; this run is on the CPU.", "Set flash_attn to sdpa or disabled.", "fa2-on-cpu", flash_attn="sdpa")]
+    if importlib.util.find_spec("flash_attn") is None:
+        return [_finding("flash_attn", "flash_attn is fa2, but the flash-attn package is not installed: LLaMA-Factory falls back to the default attention.", "Set flash_attn to sdpa (PyTorch's fused attention, fast on ROCm too), or install the ROCm build of flash-attn.", "fa2-not-installed", severity="warning", flash_attn="sdpa")]
+    return []
+
+
+def rule_quantization(ctx: _Context) -> list[Finding]:
+    bits = ctx.config.method.quantization_bit
+    if bits is None:
+        return []
+    if ctx.config.method.finetuning_type != "lora":
+        return [_finding("quantization_bit", f"{bits}-bit quantization (QLoRA) only works with LoRA, not {ctx.config.method.finetuning_type}.", "Set fine-tuning type to lora, or quantization to none.", "qlora-needs-lora", quantization_bit="none")]
+    if ctx.use_cpu:
+        return [_finding("quantization_bit", "QLoRA (bitsandbytes) needs a GPU; this run is on the CPU.", "Set quantization to none.", "qlora-on-cpu", quantization_bit="none")]
+    if ctx.preset is not None and bits not in ctx.preset.qlora_bits:
+        offered = ", ".join(map(str, ctx.preset.qlora_bits)) or "none"
+        return [_finding("quantization_bit", f"{ctx.preset.display_name} does not offer {bits}-bit QLoRA (offered: {offered}).", "Set quantization to none" + (f" or {offered}-bit." if ctx.preset.qlora_bits else "."), "qlora-not-offered", quantization_bit="none")]
+    if not ctx.bnb_available():
+        return [_finding("quantization_bit", f"{bits}-bit QLoRA needs bitsandbytes, which is not installed in this environment.", "Install the ROCm build of bitsandbytes (pip install bitsandbytes>=0.45 on ROCm 6), or set quantization to none.", "qlora-no-bitsandbytes")]
+    return []
+
+
+def rule_memory(ctx: _Context) -> list[Finding]:
+    preset = ctx.preset
+    if preset is None or preset.vram_gb <= 0:
+        return []
+    estimate = estimate_memory(ctx.config, preset)
+    if estimate.verdict != "will not fit":
+        return []
+    return [
+        _finding(
+            "memory",
+            f"Estimated memory {estimate.total_bytes / GIB:.1f} GiB per device is more than {preset.display_name} has ({estimate.vram_bytes / GIB:.0f} GiB): the run would stop with out-of-memory.",
+            estimate.cheapest_fix,
+            "memory-will-not-fit",
+            severity="warning",
+        )
+    ]
+
+
+RULES: tuple[Rule, ...] = (
+    rule_run_name,
+    rule_model_path,
+    rule_template,
+    rule_dataset,
+    rule_learning_rate,
+    rule_batch,
+    rule_steps_and_epochs,
+    rule_logging_and_save_steps,
+    rule_cutoff,
+    rule_lora,
+    rule_precision_on_preset,
+    rule_flash_attn,
+    rule_quantization,
+    rule_memory,
+)
+
+
+def bitsandbytes_installed() -> bool:
+    # find_spec, not import: importing bitsandbytes loads torch and probes the GPU.
+    return importlib.util.find_spec("bitsandbytes") is not None
+
+
+def check_config(
+    config: RunConfig,
+    preset: HardwarePreset | None,
+    *,
+    offline: bool = True,
+    bnb_available: Callable[[], bool] | None = None,
+) -> list[Finding]:
+    """Every finding of every rule, problems first."""
+    ctx = _Context(config, preset, offline, bnb_available or bitsandbytes_installed)
+    findings = [finding for rule in RULES for finding in rule(ctx)]
+    return sorted(findings, key=lambda f: f.severity != "problem")
+
+
+def check_output_dir(runs_dir: Path) -> list[Finding]:
+    """Whether runs can be written under `runs_dir` (which need not exist yet: it is not created here)."""
+    runs_dir = Path(runs_dir).expanduser()
+    if runs_dir.exists() and not runs_dir.is_dir():
+        return [_finding("runs_dir", f"{runs_dir} is a file, not a directory.", "Start the app with --runs-dir pointing at a directory.", "runs-dir-not-dir")]
+    existing = runs_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [_finding("runs_dir", f"{runs_dir} cannot be created: {existing} is a file.", "Start the app with --runs-dir pointing at a directory you can write.", "runs-dir-not-dir")]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == runs_dir else f"its parent {existing}"
+        return [_finding("runs_dir", f"{runs_dir} is not writable ({where} does not let this user write).", "Start the app with --runs-dir pointing at a directory you can write, or fix its permissions.", "runs-dir-not-writable")]
+    free = shutil.disk_usage(existing).free
+    if free < DISK_FREE_MIN_BYTES:
+        return [_finding("runs_dir", f"Only {free / GIB:.1f} GiB free under {existing}; checkpoints may not fit.", "Free some disk space or point --runs-dir at a larger disk.", "runs-dir-low-space", severity="warning")]
+    return []
+
+
+__all__ = ["RULES", "bitsandbytes_installed", "check_config", "check_output_dir", "known_templates"]
