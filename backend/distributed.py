@@ -1,0 +1,536 @@
+"""Multi-GPU and multi-node launches on the engines LLaMA-Factory already uses.
+
+RocBoard does not launch workers itself. LLaMA-Factory's own launcher
+(`llamafactory/launcher.py`) turns `llamafactory-cli train config.yaml` into
+
+    torchrun --nnodes $NNODES --node_rank $NODE_RANK --nproc_per_node $NPROC_PER_NODE \
+             --master_addr $MASTER_ADDR --master_port $MASTER_PORT .../launcher.py config.yaml
+
+when FORCE_TORCHRUN=1, and the Trainer brings up DDP or DeepSpeed from the YAML. So a
+distributed run is the ordinary run plus three things, all computed here from one typed
+`DistributedPlan`:
+
+- environment variables for the trainer (`launch_env`, `distributed_env`),
+- keys merged into the LLaMA-Factory YAML (`extra_args`), and
+- for ZeRO, a DeepSpeed JSON beside config.yaml (`deepspeed_files`, `write_deepspeed_json`).
+
+For clusters it writes what each node runs (`node_commands`) and a Slurm batch script
+(`slurm_script`). Nothing here imports torch: the web process builds plans and commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from backend.findings import Finding
+from backend.presets import HardwarePreset
+
+Strategy = Literal["ddp", "zero2", "zero3"]
+STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
+STRATEGY_LABELS: dict[str, str] = {
+    "ddp": "DDP (a full copy of the model on every GPU)",
+    "zero2": "DeepSpeed ZeRO-2 (optimizer state and gradients sharded)",
+    "zero3": "DeepSpeed ZeRO-3 (parameters sharded too)",
+}
+
+DEFAULT_MASTER_PORT = 29500  # torchrun's own default; used where no free port can be probed
+# Long enough for rank 0 to tokenize a large dataset while the other ranks wait at a barrier
+# (LLaMA-Factory prepares data on the main process first); short enough that a dead peer
+# fails the job within the hour instead of holding every GPU forever. Transformers' default
+# is 1800 s; LLaMA-Board uses 180000000 s (never).
+DEFAULT_DDP_TIMEOUT_S = 3600
+
+# RCCL reads NCCL_* variables (it is a port of NCCL and keeps its names). PyTorch's
+# process group reads TORCH_NCCL_* for both NCCL and RCCL.
+DEFAULT_RCCL_ENV: tuple[tuple[str, str], ...] = (
+    # Init failures and fallbacks are printed to train.log; INFO adds topology and rings.
+    ("NCCL_DEBUG", "WARN"),
+    # A failed or timed-out collective tears the process down (and torchrun then ends the
+    # job) instead of leaving every other rank blocked in an all-reduce.
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+)
+# Prefixes of variables that belong to the collective-communication layer; a preset's env
+# entries with these prefixes become the plan's editable rccl_env.
+RCCL_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "HSA_FORCE_FINE_GRAIN")
+
+# The variables RocBoard itself sets from the plan; rccl_env may not override them.
+PLAN_VARIABLES: tuple[str, ...] = (
+    "FORCE_TORCHRUN",
+    "NNODES",
+    "NODE_RANK",
+    "NPROC_PER_NODE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HIP_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+@dataclass(frozen=True)
+class DistributedPlan:
+    """How one run is spread over processes, GPUs and nodes.
+
+    `gpus` and `nproc` are per node: every node of a multi-node job runs the same plan with
+    its own `node_rank`."""
+
+    gpus: tuple[int, ...] = ()  # device indices on each node (HIP_VISIBLE_DEVICES); () on CPU
+    nproc: int = 1  # worker processes per node, normally one per GPU
+    strategy: Strategy = "ddp"
+    offload: bool = False  # ZeRO only: optimizer state (ZeRO-2) and parameters (ZeRO-3) in CPU RAM
+    master_port: int = DEFAULT_MASTER_PORT
+    ddp_timeout_s: int = DEFAULT_DDP_TIMEOUT_S
+    rccl_env: tuple[tuple[str, str], ...] = DEFAULT_RCCL_ENV  # editable NCCL_*/RCCL_* settings, in order
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    on_cpu: bool = False  # CPU workers over gloo (the demo and the tests); no GPU variables
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
+
+
+# --- the form boundary ----------------------------------------------------------------------
+
+
+def parse_gpu_list(text: str) -> tuple[int, ...]:
+    """`"0,1, 2"` -> (0, 1, 2); ranges as `"0-3"`. ValueError names the bad part."""
+    gpus: list[int] = []
+    for part in re.split(r"[,\s]+", str(text).strip()):
+        if not part:
+            continue
+        bounds = part.split("-")
+        try:
+            if len(bounds) == 1:
+                gpus.append(int(bounds[0]))
+            elif len(bounds) == 2:
+                first, last = int(bounds[0]), int(bounds[1])
+                if last < first:
+                    raise ValueError
+                gpus.extend(range(first, last + 1))
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{part!r} is not a GPU index or a range like 0-3") from None
+    return tuple(gpus)
+
+
+def parse_env_lines(text: str) -> tuple[tuple[str, str], ...]:
+    """`NAME=value` lines (blank lines and # comments skipped) -> ordered pairs.
+    ValueError names the first line that is not NAME=value."""
+    pairs: list[tuple[str, str]] = []
+    for number, line in enumerate(str(text).splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not _ENV_NAME.match(name):
+            raise ValueError(f"line {number} ({line!r}) is not NAME=value")
+        pairs.append((name, value.strip()))
+    return tuple(pairs)
+
+
+def format_env_lines(pairs: tuple[tuple[str, str], ...]) -> str:
+    return "\n".join(f"{name}={value}" for name, value in pairs)
+
+
+def rccl_env_from_preset(preset_env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The defaults, overlaid with the preset's NCCL_*/RCCL_*/TORCH_NCCL_*/GLOO_* entries."""
+    merged = dict(DEFAULT_RCCL_ENV)
+    merged.update((k, v) for k, v in preset_env if k.startswith(RCCL_ENV_PREFIXES))
+    return tuple(merged.items())
+
+
+def plan_for_preset(preset: HardwarePreset, master_port: int = DEFAULT_MASTER_PORT) -> DistributedPlan:
+    """The plan a preset starts from: every GPU of one node, DDP, the preset's RCCL settings."""
+    rccl_env = rccl_env_from_preset(preset.env)
+    if preset.use_cpu:
+        return DistributedPlan(gpus=(), nproc=1, on_cpu=True, master_port=master_port, rccl_env=rccl_env)
+    count = max(1, preset.devices_per_node)
+    return DistributedPlan(gpus=tuple(range(count)), nproc=count, master_port=master_port, rccl_env=rccl_env)
+
+
+def network_env(interface: str = "", infiniband: bool = True) -> tuple[tuple[str, str], ...]:
+    """RCCL network settings for multi-node jobs.
+
+    `interface` pins the socket transport (bootstrap and, without InfiniBand/RoCE, the data)
+    to one NIC; gloo (used by torchrun's rendezvous-side collectives and the CPU object
+    gathers) gets the same one, or the nodes can pick NICs that cannot see each other."""
+    pairs: list[tuple[str, str]] = []
+    if interface:
+        pairs += [("NCCL_SOCKET_IFNAME", interface), ("GLOO_SOCKET_IFNAME", interface)]
+    if not infiniband:
+        pairs.append(("NCCL_IB_DISABLE", "1"))
+    return tuple(pairs)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now, for a single-node run's MASTER_PORT.
+
+    There is a short window between closing this socket and torchrun binding the port; a
+    collision there fails the start loudly (EADDRINUSE in train.log), never silently."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def check_plan(plan: DistributedPlan) -> list[Finding]:
+    """Problems (block the start) and warnings in a plan, each with its fix."""
+    findings: list[Finding] = []
+
+    def problem(key: str, what: str, fix: str, rule: str, severity: str = "problem") -> None:
+        findings.append(Finding(key, what, fix, severity=severity, rule=rule))  # type: ignore[arg-type]
+
+    if plan.strategy not in STRATEGIES:
+        problem("strategy", f"Strategy {plan.strategy!r} is not one of {', '.join(STRATEGIES)}.", "Pick DDP, ZeRO-2 or ZeRO-3.", "bad-strategy")
+    if plan.nproc < 1:
+        problem("nproc", f"Processes per node must be at least 1, not {plan.nproc}.", "Set one process per GPU.", "nproc-range")
+    if plan.nnodes < 1:
+        problem("nnodes", f"Number of nodes must be at least 1, not {plan.nnodes}.", "Set the number of nodes.", "nnodes-range")
+    elif not 0 <= plan.node_rank < plan.nnodes:
+        problem("node_rank", f"Node rank {plan.node_rank} is not in 0..{plan.nnodes - 1}.", "Number the nodes 0 to NNODES-1.", "node-rank-range")
+    if not 1 <= plan.master_port <= 65535:
+        problem("master_port", f"Port {plan.master_port} is not a TCP port.", "Pick a port between 1024 and 65535.", "bad-port")
+    elif plan.master_port < 1024:
+        problem("master_port", f"Port {plan.master_port} needs root to listen on.", "Pick a port between 1024 and 65535.", "privileged-port", "warning")
+    if plan.ddp_timeout_s < 1:
+        problem("ddp_timeout_s", f"The collective timeout must be positive, not {plan.ddp_timeout_s} s.", f"Use {DEFAULT_DDP_TIMEOUT_S} s unless you know better.", "bad-timeout")
+    if not plan.master_addr.strip():
+        problem("master_addr", "No master address is set.", "Enter the hostname or IP of node 0.", "no-master-addr")
+    elif plan.multi_node and plan.master_addr.strip() in _LOOPBACK_HOSTS:
+        problem(
+            "master_addr",
+            f"MASTER_ADDR {plan.master_addr} is this machine's loopback: the other nodes cannot reach it.",
+            "Enter node 0's hostname or IP on the network the nodes share.",
+            "loopback-master",
+            "warning",  # a warning, not a problem: several "nodes" on one machine is a valid test
+        )
+
+    if plan.on_cpu:
+        if plan.gpus:
+            problem("gpus", "A CPU plan names GPUs.", "Clear the GPU list, or leave CPU mode.", "cpu-with-gpus")
+        if plan.strategy != "ddp":
+            problem("strategy", "DeepSpeed ZeRO is not set up for CPU training here.", "Use DDP on the CPU.", "zero-on-cpu")
+    else:
+        if not plan.gpus:
+            problem("gpus", "No GPUs are selected.", "Pick the GPU indices to train on, e.g. 0,1.", "no-gpus")
+        if any(g < 0 for g in plan.gpus):
+            problem("gpus", "GPU indices cannot be negative.", "Use the indices amd-smi / rocm-smi list (0, 1, ...).", "negative-gpu")
+        if len(set(plan.gpus)) != len(plan.gpus):
+            problem("gpus", "A GPU is listed twice.", "List each GPU once.", "duplicate-gpu")
+        if plan.gpus and plan.nproc > len(set(plan.gpus)):
+            problem(
+                "nproc",
+                f"{plan.nproc} processes on {len(set(plan.gpus))} GPU(s) would put two ranks on one GPU, which RCCL refuses.",
+                f"Set processes per node to {len(set(plan.gpus))}, or select more GPUs.",
+                "nproc-over-gpus",
+            )
+        elif plan.gpus and plan.nproc < len(set(plan.gpus)):
+            problem(
+                "nproc",
+                f"{len(set(plan.gpus)) - plan.nproc} selected GPU(s) will sit idle ({plan.nproc} processes, {len(set(plan.gpus))} GPUs).",
+                f"Set processes per node to {len(set(plan.gpus))}.",
+                "idle-gpus",
+                "warning",
+            )
+    if plan.offload and plan.strategy == "ddp":
+        problem("offload", "Offload is a DeepSpeed ZeRO feature; DDP ignores it.", "Pick ZeRO-2 or ZeRO-3, or turn offload off.", "offload-without-zero")
+
+    for name, value in plan.rccl_env:
+        if not _ENV_NAME.match(name):
+            problem("rccl_env", f"{name!r} is not a variable name.", "Use NAME=value with letters, digits and _.", "bad-env-name")
+        elif name in PLAN_VARIABLES:
+            problem("rccl_env", f"{name} is set from the plan; setting it here would contradict it.", f"Remove {name} from the RCCL settings and use the plan's field.", "env-overrides-plan")
+        if "\n" in value or "\0" in value:
+            problem("rccl_env", f"The value of {name} spans lines.", "Put the value on one line.", "bad-env-value")
+    return findings
+
+
+# --- what the trainer gets ------------------------------------------------------------------
+
+
+def visible_devices(plan: DistributedPlan) -> str:
+    return ",".join(str(g) for g in plan.gpus)
+
+
+def distributed_env(plan: DistributedPlan) -> dict[str, str]:
+    """The variables every node exports, in a readable order; portable (no local paths)."""
+    env: dict[str, str] = {
+        # Without it LLaMA-Factory runs torchrun only when it counts more than one device, and
+        # never on the CPU; with it the same code path serves 1 GPU, 8 GPUs and many nodes.
+        "FORCE_TORCHRUN": "1",
+        "NNODES": str(plan.nnodes),
+        "NODE_RANK": str(plan.node_rank),
+        "NPROC_PER_NODE": str(plan.nproc),
+        "MASTER_ADDR": plan.master_addr,
+        "MASTER_PORT": str(plan.master_port),
+    }
+    if not plan.on_cpu:
+        # The HIP runtime applies ROCR_VISIBLE_DEVICES first (set by Slurm, containers, or
+        # the user) and HIP_VISIBLE_DEVICES then picks among what is left, so these indices
+        # are relative to any ROCR_VISIBLE_DEVICES. HIP_VISIBLE_DEVICES wins over
+        # CUDA_VISIBLE_DEVICES on ROCm; CUDA_VISIBLE_DEVICES is set to the same list so a
+        # value inherited from the shell cannot disagree, and so CUDA builds honour it too.
+        devices = visible_devices(plan)
+        env["HIP_VISIBLE_DEVICES"] = devices
+        env["CUDA_VISIBLE_DEVICES"] = devices
+    env.update(plan.rccl_env)
+    return env
+
+
+def torchrun_dir() -> Path:
+    """Where the `torchrun` of this Python lives (a venv's bin/)."""
+    return Path(sys.executable).parent
+
+
+def launch_env(plan: DistributedPlan, inherited_path: str | None = None) -> dict[str, str]:
+    """`distributed_env` plus a PATH that finds this environment's torchrun first.
+
+    LLaMA-Factory's launcher runs the bare name `torchrun`; when RocBoard is started as
+    `.venv/bin/python app.py` without activating the venv, that name is not on PATH and the
+    launch fails with FileNotFoundError. Pass it to Launcher.start as (part of) preset_env."""
+    env = distributed_env(plan)
+    path = os.environ.get("PATH", "") if inherited_path is None else inherited_path
+    env["PATH"] = os.pathsep.join(p for p in (str(torchrun_dir()), path) if p)
+    return env
+
+
+def deepspeed_file_name(strategy: str, offload: bool = False) -> str | None:
+    """LLaMA-Factory's name for the DeepSpeed JSON of a strategy (examples/deepspeed/)."""
+    if strategy == "ddp":
+        return None
+    stage = {"zero2": "z2", "zero3": "z3"}[strategy]
+    return f"ds_{stage}_offload_config.json" if offload else f"ds_{stage}_config.json"
+
+
+def deepspeed_config(strategy: str, offload: bool = False) -> dict[str, Any]:
+    """The DeepSpeed config LLaMA-Factory ships for `strategy` (its examples/deepspeed/ files).
+
+    "auto" values are filled by the HF Trainer from the YAML (batch size, accumulation,
+    clipping, fp16/bf16), so the JSON never contradicts the run's own settings. ValueError
+    for DDP, which has no DeepSpeed config."""
+    if strategy not in ("zero2", "zero3"):
+        raise ValueError(f"no DeepSpeed config for strategy {strategy!r}")
+    config: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        # LLaMA-Factory may hand DeepSpeed an optimizer it has not tested (e.g. from the HF
+        # Trainer's list); without this ZeRO refuses to start.
+        "zero_allow_untested_optimizer": True,
+        "fp16": {
+            "enabled": "auto",
+            "loss_scale": 0,
+            "loss_scale_window": 1000,
+            "initial_scale_power": 16,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        },
+        "bf16": {"enabled": "auto"},
+    }
+    offload_to_cpu = {"device": "cpu", "pin_memory": True}
+    if strategy == "zero2":
+        zero: dict[str, Any] = {"stage": 2}
+        if offload:
+            zero["offload_optimizer"] = dict(offload_to_cpu)
+        zero.update(
+            allgather_partitions=True,
+            allgather_bucket_size=5e8,
+            overlap_comm=False,
+            reduce_scatter=True,
+            reduce_bucket_size=5e8,
+            contiguous_gradients=True,
+            round_robin_gradients=True,
+        )
+    else:
+        zero = {"stage": 3}
+        if offload:
+            zero["offload_optimizer"] = dict(offload_to_cpu)
+            zero["offload_param"] = dict(offload_to_cpu)
+        zero.update(
+            overlap_comm=False,
+            contiguous_gradients=True,
+            sub_group_size=1e9,
+            reduce_bucket_size="auto",
+            stage3_prefetch_bucket_size="auto",
+            stage3_param_persistence_threshold="auto",
+            stage3_max_live_parameters=1e9,
+            stage3_max_reuse_distance=1e9,
+            # Save a whole 16-bit model (and LoRA adapter) rather than only ZeRO shards.
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
+    config["zero_optimization"] = zero
+    return config
+
+
+def deepspeed_files(plan: DistributedPlan) -> dict[str, str]:
+    """{file name: JSON text} to put beside config.yaml (empty for DDP); suits RunStore.create's
+    `files`, so the run directory appears with its DeepSpeed config or not at all."""
+    name = deepspeed_file_name(plan.strategy, plan.offload)
+    if name is None:
+        return {}
+    return {name: json.dumps(deepspeed_config(plan.strategy, plan.offload), indent=2) + "\n"}
+
+
+def write_deepspeed_json(plan: DistributedPlan, run_dir: Path) -> Path | None:
+    """Writes the plan's DeepSpeed JSON into `run_dir`; None for DDP (nothing to write)."""
+    files = deepspeed_files(plan)
+    if not files:
+        return None
+    (name, text), = files.items()
+    path = Path(run_dir) / name
+    partial = path.with_name(f".{name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def extra_args(plan: DistributedPlan) -> dict[str, Any]:
+    """Keys to merge into the LLaMA-Factory YAML args for this plan.
+
+    The DeepSpeed path is the bare file name: the trainer runs in the run directory (the
+    launcher's cwd, and `cd` in the node commands), so the same config.yaml works unchanged
+    on every node that has a copy of the run directory."""
+    args: dict[str, Any] = {"ddp_timeout": int(plan.ddp_timeout_s)}
+    if plan.on_cpu:
+        # Transformers would pick gloo on the CPU by itself; saying so keeps the YAML honest
+        # and stops a CPU run from trying nccl (RCCL) when a GPU happens to be visible.
+        args["ddp_backend"] = "gloo"
+        args["use_cpu"] = True
+    name = deepspeed_file_name(plan.strategy, plan.offload)
+    if name is not None:
+        args["deepspeed"] = name
+    return args
+
+
+# --- what each node runs --------------------------------------------------------------------
+
+
+def _shell_assignments(env: Mapping[str, str]) -> str:
+    return " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
+
+
+def node_commands(
+    plan: DistributedPlan,
+    config_file: str | Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> list[str]:
+    """One shell line per node (index = NODE_RANK), ready to paste into a terminal there.
+
+    `config_file` is the run's config.yaml as the nodes see it (a shared filesystem, or a copy
+    at the same path); each line changes into its directory first so the DeepSpeed JSON named
+    in it is found. `extra_env` (the preset's variables, say) goes before the plan's."""
+    config = Path(config_file)
+    directory = str(config.parent)
+    commands: list[str] = []
+    for rank in range(plan.nnodes):
+        env = dict(extra_env or {})
+        env.update(distributed_env(replace(plan, node_rank=rank)))
+        line = f"{_shell_assignments(env)} llamafactory-cli train {shlex.quote(config.name)}"
+        if directory not in ("", "."):
+            line = f"cd {shlex.quote(directory)} && {line}"
+        commands.append(line)
+    return commands
+
+
+def slurm_script(
+    plan: DistributedPlan,
+    config_file: str | Path,
+    job_name: str,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
+    """A Slurm batch script that runs the plan on `plan.nnodes` nodes.
+
+    One task per node (torchrun starts that node's workers); MASTER_ADDR is the first host of
+    the allocation, NODE_RANK is each task's SLURM_NODEID. Submit with `sbatch`."""
+    config = Path(config_file)
+    directory = str(config.parent) or "."
+    env = dict(extra_env or {})
+    env.update(distributed_env(plan))
+    # Set per job and per task below, not fixed when the script is written.
+    for name in ("NODE_RANK", "MASTER_ADDR"):
+        env.pop(name, None)
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={_slurm_safe(job_name)}",
+        f"#SBATCH --nodes={plan.nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    if not plan.on_cpu:
+        lines.append(f"#SBATCH --gpus-per-node={len(plan.gpus)}")
+    lines += [
+        "#SBATCH --output=%x-%j.log",
+        "# Written by RocBoard. One task per node: torchrun (through llamafactory-cli) starts",
+        f"# {plan.nproc} worker(s) on each node; node 0 hosts the rendezvous.",
+        "set -euo pipefail",
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        "export MASTER_ADDR",
+    ]
+    if not plan.on_cpu:
+        lines.append("# GPU indices are relative to what Slurm exposes (it sets ROCR_VISIBLE_DEVICES).")
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    lines.append(f"cd {shlex.quote(directory)}")
+    task = f"export NODE_RANK=\"$SLURM_NODEID\"; exec llamafactory-cli train {shlex.quote(config.name)}"
+    lines.append(
+        f"srun --nodes={plan.nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote(task)}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "rocboard"
+
+
+def describe(plan: DistributedPlan) -> str:
+    """One line for the page: what will run where."""
+    where = "CPU" if plan.on_cpu else f"GPU {visible_devices(plan)}"
+    method = STRATEGY_LABELS.get(plan.strategy, plan.strategy)
+    if plan.offload and plan.strategy != "ddp":
+        method += " with CPU offload"
+    nodes = f" x {plan.nnodes} nodes" if plan.multi_node else ""
+    return f"{plan.world_size} process(es): {plan.nproc} per node on {where}{nodes}; {method}."
+
+
+__all__ = [
+    "DEFAULT_DDP_TIMEOUT_S",
+    "DEFAULT_RCCL_ENV",
+    "DistributedPlan",
+    "STRATEGIES",
+    "check_plan",
+    "deepspeed_config",
+    "deepspeed_file_name",
+    "deepspeed_files",
+    "describe",
+    "distributed_env",
+    "extra_args",
+    "format_env_lines",
+    "free_port",
+    "launch_env",
+    "network_env",
+    "node_commands",
+    "parse_env_lines",
+    "parse_gpu_list",
+    "plan_for_preset",
+    "rccl_env_from_preset",
+    "slurm_script",
+    "write_deepspeed_json",
+]
