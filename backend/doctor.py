@@ -1,0 +1,719 @@
+"""The ROCm doctor: facts about this machine -> one verdict per check, each with what it saw
+and the fix.
+
+`gather_facts()` collects everything into a `MachineFacts`: torch's view comes from the
+`backend.doctor_probe` subprocess (the web process never imports torch), the rest from
+/sys, /dev, the group database, the telemetry detector and package metadata. `run_checks()`
+is pure: tests hand it any machine (an RDNA2 box without groups, an 8-GPU MI300X node, a
+CPU-only laptop) and assert the verdicts.
+
+Verdicts: "ok"; "warning" (a feature is missing or degraded: QLoRA, flash-attn, the VRAM
+chart); "problem" (a run would break). A check that only matters on the GPU says so
+(`needed_for="gpu"`), so a CPU-demo run is not blocked by a missing GPU.
+"""
+
+from __future__ import annotations
+
+import grp
+import importlib.metadata
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from backend.telemetry.base import SourceStatus
+from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus
+
+Verdict = Literal["ok", "warning", "problem"]
+Scope = Literal["gpu", "any"]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE_TIMEOUT_S = 180  # importing torch on a busy machine, then bitsandbytes: tens of seconds
+GIB = 1024**3
+
+# The override that makes ROCm run a target with the code of its nearest supported sibling.
+# Applied only when the installed torch has no kernels for the target itself.
+GFX_OVERRIDES: dict[str, str] = {
+    **{target: "10.3.0" for target in ("gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036")},
+    **{target: "11.0.0" for target in ("gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151")},
+}
+# bf16 arithmetic: CDNA (MI100 and later), RDNA3 and RDNA4. Not RDNA1/2, not Vega (MI50/60).
+BF16_TARGET_PREFIXES = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+VISIBILITY_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+ENV_OF_INTEREST = ("HSA_OVERRIDE_GFX_VERSION", *VISIBILITY_VARIABLES)
+GPU_GROUPS = ("video", "render")
+VERSIONS_OF_INTEREST = ("llamafactory", "transformers", "peft", "trl", "accelerate")
+ROCM_TORCH_INSTALL = (
+    "Install the ROCm build of torch (pytorch.org, choose ROCm; e.g. "
+    "`pip install torch torchvision --index-url https://download.pytorch.org/whl/rocm6.4`), "
+    "or use the docker image (docs/docker.md)."
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: Verdict
+    saw: str  # what was found, in plain words
+    fix: str = ""  # what to do; empty when there is nothing to do
+    needed_for: Scope = "gpu"  # "any": a CPU run breaks too
+
+
+@dataclass(frozen=True)
+class TorchGpu:
+    index: int  # as torch numbers it (after the *_VISIBLE_DEVICES variables)
+    name: str
+    gfx_target: str | None  # gcnArchName, e.g. "gfx90a:sramecc+:xnack-"; None on CUDA
+    total_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str | None = None  # None: torch is not importable (see import_error)
+    hip_version: str | None = None
+    cuda_version: str | None = None
+    arch_list: tuple[str, ...] = ()  # targets this build has kernels for
+    gpus: tuple[TorchGpu, ...] = ()
+    device_error: str | None = None  # why torch sees no GPU, in the runtime's words
+    import_error: str | None = None
+    bf16_reported: bool | None = None  # torch.cuda.is_bf16_supported(); True on ROCm even where wrong
+
+
+@dataclass(frozen=True)
+class LibraryFact:
+    name: str
+    version: str | None  # None: not installed
+    backend: str | None = None  # "ROCm", "CUDA", "CPU", "ROCm (CK)", ...
+    error: str | None = None  # installed, but failed to import or to load its native code
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    exists: bool
+    accessible: bool  # this process may open it read-write
+    group: str | None = None  # the group that owns it
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    address: str
+    vendor: Literal["amd", "nvidia", "other"]
+
+
+@dataclass(frozen=True)
+class UserFacts:
+    name: str
+    uid: int
+    process_groups: tuple[str, ...]  # groups this process has now
+    listed_groups: tuple[str, ...]  # groups /etc/group gives the user (new ones need a fresh login)
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    torch: TorchFacts
+    kfd_gpus: tuple[KfdGpu, ...] | None  # GPU nodes of the KFD topology (real gfx targets); None: no KFD
+    pci_gpus: tuple[PciGpu, ...]
+    devices: tuple[DeviceNode, ...]  # /dev/kfd and /dev/dri/renderD*
+    user: UserFacts
+    env: Mapping[str, str]  # the variables of ENV_OF_INTEREST that are set
+    telemetry: tuple[SourceStatus, ...]
+    libraries: tuple[LibraryFact, ...]  # bitsandbytes, flash_attn, deepspeed, liger-kernel
+    llamafactory_cli: str | None  # path of the executable
+    versions: Mapping[str, str | None] = field(default_factory=dict)  # distribution -> version
+
+
+# --- small rules ------------------------------------------------------------------------
+
+
+def base_target(gfx: str | None) -> str | None:
+    """"gfx90a:sramecc+:xnack-" -> "gfx90a"."""
+    return gfx.split(":")[0].strip().lower() if gfx else None
+
+
+def override_target(value: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION "10.3.0" -> "gfx1030", "9.4.2" -> "gfx942"; None if malformed."""
+    try:
+        major, minor, step = (int(part) for part in value.strip().split("."))
+    except ValueError:
+        return None
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def has_bf16(gfx: str | None) -> bool:
+    target = base_target(gfx) or ""
+    return target.startswith(BF16_TARGET_PREFIXES)
+
+
+def amd_gpu_present(facts: MachineFacts) -> bool:
+    return bool(facts.kfd_gpus) or any(g.vendor == "amd" for g in facts.pci_gpus)
+
+
+def nvidia_gpu_present(facts: MachineFacts) -> bool:
+    return any(g.vendor == "nvidia" for g in facts.pci_gpus)
+
+
+def amd_gpus(facts: MachineFacts) -> list[tuple[str, bool]]:
+    """(real gfx target, integrated) of each AMD GPU a run sees: from KFD, which tells the real
+    target even under an override, after the *_VISIBLE_DEVICES variables; else from what a
+    ROCm torch reports."""
+    if facts.kfd_gpus:
+        return [(base_target(g.gfx) or "unknown", g.integrated) for g in visible_gpus(list(facts.kfd_gpus), facts.env)]
+    if facts.torch.hip_version:
+        return [(base_target(g.gfx_target) or "unknown", False) for g in facts.torch.gpus]
+    return []
+
+
+def amd_targets(facts: MachineFacts) -> list[str]:
+    return [target for target, _ in amd_gpus(facts)]
+
+
+def _count(targets: Sequence[str]) -> str:
+    seen: dict[str, int] = {}
+    for target in targets:
+        seen[target] = seen.get(target, 0) + 1
+    return ", ".join(f"{n} x {t}" if n > 1 else t for t, n in seen.items())
+
+
+def _gib(size: int | None) -> str:
+    return f"{size / GIB:.0f} GiB" if size else "memory unknown"
+
+
+def _torch_build(torch: TorchFacts) -> str:
+    if torch.hip_version:
+        return f"torch {torch.version} (ROCm/HIP {torch.hip_version})"
+    if torch.cuda_version:
+        return f"torch {torch.version} (NVIDIA CUDA {torch.cuda_version} build)"
+    return f"torch {torch.version} (CPU-only build)"
+
+
+# --- checks -----------------------------------------------------------------------------
+
+
+def check_torch_build(facts: MachineFacts) -> Check:
+    name = "torch build"
+    torch = facts.torch
+    if torch.version is None:
+        return Check(name, "problem", f"torch cannot be imported: {torch.import_error}", ROCM_TORCH_INSTALL, "any")
+    saw = _torch_build(torch)
+    if torch.hip_version:
+        return Check(name, "ok", saw)
+    if amd_gpu_present(facts) and not (torch.cuda_version and nvidia_gpu_present(facts)):
+        return Check(
+            name,
+            "problem",
+            f"{saw} on a machine with an AMD GPU: it cannot use the GPU, training falls back to the CPU or fails",
+            ROCM_TORCH_INSTALL,
+        )
+    if torch.cuda_version and nvidia_gpu_present(facts):
+        return Check(name, "ok", f"{saw} for the NVIDIA GPU")
+    return Check(name, "ok", f"{saw}; no GPU here, so only CPU runs (the CPU demo preset)")
+
+
+def check_gpus_visible(facts: MachineFacts) -> Check:
+    name = "GPUs visible to torch"
+    torch = facts.torch
+    if torch.gpus:
+        listed = "; ".join(
+            f"GPU {g.index}: {g.name} ({base_target(g.gfx_target) or 'no gfx target'}, {_gib(g.total_memory_bytes)})"
+            for g in torch.gpus
+        )
+        return Check(name, "ok", f"{len(torch.gpus)}: {listed}")
+    if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
+        return Check(name, "ok", "none, and no GPU in this machine: CPU runs only")
+    reason = f" ({torch.device_error})" if torch.device_error else ""
+    if torch.version is not None and not torch.hip_version and amd_gpu_present(facts):
+        return Check(name, "problem", f"none{reason}: this torch build cannot see AMD GPUs", ROCM_TORCH_INSTALL)
+    return Check(
+        name,
+        "problem",
+        f"none, although the machine has a GPU{reason}",
+        "Check `rocminfo` lists the GPU; make sure this user can open /dev/kfd and /dev/dri/renderD* "
+        "(video and render groups); unset HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES or make them name "
+        "existing GPUs.",
+    )
+
+
+def _target_verdict(target: str, arch_list: set[str | None], override: str | None) -> tuple[str, str]:
+    """(problem, fix) for one target; ("", note) when it is fine. `arch_list` empty: not a ROCm
+    torch, so which kernels exist is unknown."""
+    needed = GFX_OVERRIDES.get(target)
+    runs_as = override_target(override) if override else None
+    if not arch_list:
+        if needed and override != needed:
+            return f"{target} will need HSA_OVERRIDE_GFX_VERSION={needed} with most ROCm torch builds", f"export HSA_OVERRIDE_GFX_VERSION={needed}"
+        return "", target
+    if target in arch_list:
+        if override and runs_as != target:
+            return (
+                f"HSA_OVERRIDE_GFX_VERSION={override} is set although torch has kernels for {target}",
+                "Unset HSA_OVERRIDE_GFX_VERSION: code for another target can crash or compute garbage.",
+            )
+        return "", f"torch has kernels for {target}"
+    if override:
+        if needed is not None and override != needed:
+            return (
+                f"{target} needs HSA_OVERRIDE_GFX_VERSION={needed}, not {override}",
+                f"export HSA_OVERRIDE_GFX_VERSION={needed}",
+            )
+        if runs_as in arch_list:
+            return "", f"{target} runs as {runs_as} (HSA_OVERRIDE_GFX_VERSION={override})"
+        return (
+            f"HSA_OVERRIDE_GFX_VERSION={override} makes {target} run as {runs_as}, which this torch has no kernels for either",
+            f"Install a torch build that lists {target} in torch.cuda.get_arch_list().",
+        )
+    if needed is not None:
+        return (
+            f"torch has no kernels for {target}: it needs HSA_OVERRIDE_GFX_VERSION={needed}, which is not set",
+            f"export HSA_OVERRIDE_GFX_VERSION={needed} before starting the app (or add it to the preset's env).",
+        )
+    return (
+        f"torch has no kernels for {target}, and no known override fits it",
+        f"Install a torch build that lists {target} in torch.cuda.get_arch_list() (e.g. ROCm's TheRock builds).",
+    )
+
+
+def check_gfx_targets(facts: MachineFacts) -> Check:
+    name = "gfx target and HSA_OVERRIDE_GFX_VERSION"
+    gpus = amd_gpus(facts)
+    override = facts.env.get("HSA_OVERRIDE_GFX_VERSION")
+    if not gpus:
+        if override and amd_gpu_present(facts):
+            return Check(name, "warning", f"no AMD GPU visible; HSA_OVERRIDE_GFX_VERSION={override}")
+        if override:
+            return Check(name, "warning", f"no AMD GPU, but HSA_OVERRIDE_GFX_VERSION={override} is set", "Unset it.")
+        return Check(name, "ok", "no AMD GPU visible" if amd_gpu_present(facts) else "no AMD GPU")
+    arch_list = {base_target(a) for a in facts.torch.arch_list} if facts.torch.hip_version else set()
+    # an integrated GPU beside a discrete one is for the visible-devices check to hide, not to override
+    has_discrete = any(not integrated for _, integrated in gpus)
+    targets = [t for t, integrated in gpus if not (integrated and has_discrete)]
+    problems: list[str] = []
+    fixes: list[str] = []
+    notes: list[str] = []
+    for target in dict.fromkeys(targets):
+        if target == "unknown":
+            continue
+        problem, text = _target_verdict(target, arch_list, override)
+        if problem:
+            problems.append(problem)
+            fixes.append(text)
+        else:
+            notes.append(text)
+    saw = _count(targets)
+    detail = "; ".join(problems or notes)
+    saw = f"{saw}: {detail}" if detail and detail != saw else saw
+    if not problems:
+        return Check(name, "ok", saw)
+    # without a ROCm torch the torch-build check is the problem; this is advice for afterwards
+    verdict: Verdict = "problem" if arch_list else "warning"
+    return Check(name, verdict, saw, " ".join(dict.fromkeys(fixes)))
+
+
+def check_visible_devices(facts: MachineFacts) -> Check:
+    name = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES"
+    set_vars = [f"{v}={facts.env[v]!r}" for v in VISIBILITY_VARIABLES if v in facts.env]
+    kfd = list(facts.kfd_gpus or ())
+    if not kfd:
+        if set_vars and amd_gpu_present(facts):
+            return Check(name, "warning", f"{', '.join(set_vars)}; the KFD topology is not readable to check them")
+        return Check(name, "ok", ", ".join(set_vars) or "not set")
+    seen = visible_gpus(kfd, facts.env)
+    described = "; ".join(
+        f"GPU {g.index} = {g.gfx or 'unknown'}{' (integrated)' if g.integrated else ''}"
+        + (f" at {g.pci_address}" if g.pci_address else "")
+        for g in seen
+    )
+    prefix = ", ".join(set_vars) if set_vars else "not set"
+    if not seen:
+        return Check(
+            name,
+            "problem",
+            f"{prefix}: leaves none of the {len(kfd)} GPUs visible",
+            "Unset them, or list existing GPUs (indices 0.." + str(len(kfd) - 1) + "; ROCR_VISIBLE_DEVICES is applied first).",
+        )
+    saw = f"{prefix}: {len(seen)} of {len(kfd)} GPUs visible: {described}"
+    if any(g.integrated for g in seen) and any(not g.integrated for g in seen):
+        first_discrete = next(g.index for g in seen if not g.integrated)
+        return Check(
+            name,
+            "warning",
+            saw,
+            "An integrated GPU is visible next to a discrete one: training may land on it, and multi-GPU runs "
+            f"can hang. Hide it, e.g. `export HIP_VISIBLE_DEVICES={first_discrete}`.",
+        )
+    return Check(name, "ok", saw)
+
+
+def check_device_access(facts: MachineFacts) -> Check:
+    name = "access to /dev/kfd and /dev/dri/renderD*"
+    kfd = next((d for d in facts.devices if d.path == "/dev/kfd"), None)
+    renders = [d for d in facts.devices if d.path.startswith("/dev/dri/renderD")]
+    if kfd is None or not kfd.exists:
+        if not amd_gpu_present(facts):
+            return Check(name, "ok", "no /dev/kfd (no AMD GPU)")
+        return Check(
+            name,
+            "problem",
+            "no /dev/kfd although an AMD GPU is present: the amdgpu driver is not loaded (or, in a container, "
+            "the device was not passed in)",
+            "Load the driver (`sudo modprobe amdgpu`; install amdgpu-dkms from ROCm if it is missing); in Docker "
+            "add `--device /dev/kfd --device /dev/dri`.",
+        )
+    denied = [d.path for d in (kfd, *renders) if not d.accessible]
+    if not renders:
+        return Check(name, "problem", "/dev/kfd exists but there is no /dev/dri/renderD*", "In Docker add `--device /dev/dri`.")
+    if denied:
+        groups = sorted({d.group for d in (kfd, *renders) if d.group})
+        return Check(
+            name,
+            "problem",
+            f"no read-write access to {', '.join(denied)} (owned by group {', '.join(groups) or 'unknown'})",
+            "`sudo usermod -aG video,render $USER`, then log out and in again; in Docker `group_add` the host's "
+            "numeric video and render gids.",
+        )
+    return Check(name, "ok", f"read-write on /dev/kfd and {len(renders)} render node(s)")
+
+
+def check_groups(facts: MachineFacts) -> Check:
+    name = "video and render groups"
+    user = facts.user
+    if user.uid == 0:
+        return Check(name, "ok", "running as root: group membership not needed")
+    have = [g for g in GPU_GROUPS if g in user.process_groups]
+    missing = [g for g in GPU_GROUPS if g not in user.process_groups]
+    if not missing:
+        return Check(name, "ok", f"{user.name} is in {' and '.join(have)}")
+    if not amd_gpu_present(facts):
+        return Check(name, "ok", f"{user.name} is not in {' and '.join(missing)}; not needed without an AMD GPU")
+    pending = [g for g in missing if g in user.listed_groups]
+    if pending:
+        return Check(
+            name,
+            "problem",
+            f"{user.name} was added to {' and '.join(pending)}, but this session started before that",
+            "Log out and in again (or reboot); `newgrp render` works for one shell.",
+        )
+    devices_ok = all(d.accessible for d in facts.devices if d.exists)
+    saw = f"{user.name} is not in {' and '.join(missing)}"
+    fix = f"sudo usermod -aG {','.join(missing)} $USER, then log out and in again."
+    if devices_ok and facts.devices:
+        # logind gives the desktop user access for the session; an SSH session or a service does not get it
+        return Check(name, "warning", f"{saw}; the devices are accessible anyway (a session ACL)", fix)
+    return Check(name, "problem", saw, fix)
+
+
+def check_bf16(facts: MachineFacts) -> Check:
+    name = "bf16"
+    targets = list(dict.fromkeys(amd_targets(facts)))
+    if not targets:
+        if facts.torch.gpus and facts.torch.bf16_reported is not None:
+            verdict: Verdict = "ok" if facts.torch.bf16_reported else "warning"
+            return Check(name, verdict, f"torch reports bf16 {'supported' if facts.torch.bf16_reported else 'unsupported'}",
+                         "" if facts.torch.bf16_reported else "Use fp16.")
+        return Check(name, "ok", "no GPU: CPU runs use fp32 (the CPU demo preset)")
+    without = [t for t in targets if not has_bf16(t)]
+    if not without:
+        return Check(name, "ok", f"{', '.join(targets)} support bf16")
+    reported = " (torch.cuda.is_bf16_supported() says True anyway)" if facts.torch.bf16_reported else ""
+    return Check(
+        name,
+        "warning",
+        f"{', '.join(without)} has no bf16 arithmetic{reported}",
+        "Use fp16 (precision: fp16) on this GPU; bf16 would crash or run emulated.",
+    )
+
+
+def check_telemetry(facts: MachineFacts) -> Check:
+    name = "telemetry (VRAM chart)"
+    if not facts.telemetry:
+        return Check(name, "warning", "the telemetry module reported nothing", "")
+    working = [s for s in facts.telemetry if s.available]
+    gpu_working = [s for s in working if s.name != "process"]
+    failed = [s for s in facts.telemetry if not s.available]
+    if gpu_working:
+        return Check(name, "ok", f"{gpu_working[0].name} works ({gpu_working[0].detail})")
+    if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
+        source = working[0].name if working else "none"
+        return Check(name, "ok", f"no GPU: the chart shows the training process's memory ({source})")
+    saw = "; ".join(f"{s.name}: {s.detail}" for s in failed)
+    hints = " ".join(dict.fromkeys(s.hint for s in failed if s.hint))
+    return Check(name, "warning", f"no GPU source works ({saw})", hints)
+
+
+def _library(facts: MachineFacts, name: str) -> LibraryFact:
+    return next((lib for lib in facts.libraries if lib.name == name), LibraryFact(name, None))
+
+
+def check_bitsandbytes(facts: MachineFacts) -> Check:
+    name = "bitsandbytes (QLoRA)"
+    lib = _library(facts, "bitsandbytes")
+    gpu = amd_gpu_present(facts) or bool(facts.torch.gpus)
+    install = (
+        "Install a bitsandbytes with a ROCm backend (recent releases build for ROCm; or build "
+        "github.com/ROCm/bitsandbytes) to offer QLoRA."
+    )
+    if lib.version is None:
+        if not gpu:
+            return Check(name, "ok", "not installed; QLoRA needs a GPU anyway")
+        return Check(name, "warning", "not installed: QLoRA (4/8-bit) is unavailable", install)
+    if lib.error:
+        return Check(name, "warning", f"bitsandbytes {lib.version} is installed but broken: {lib.error}", install)
+    if facts.torch.hip_version and lib.backend != "ROCm":
+        return Check(name, "warning", f"bitsandbytes {lib.version} runs the {lib.backend or 'unknown'} backend, not ROCm", install)
+    return Check(name, "ok", f"bitsandbytes {lib.version}, {lib.backend or 'unknown'} backend")
+
+
+def check_flash_attn(facts: MachineFacts) -> Check:
+    name = "flash-attn"
+    lib = _library(facts, "flash_attn")
+    if lib.version is None:
+        return Check(name, "ok", "not installed: attention uses PyTorch SDPA (flash_attn: sdpa)")
+    if lib.error:
+        return Check(
+            name,
+            "warning",
+            f"flash-attn {lib.version} is installed but fails to import: {lib.error}",
+            "Use `flash_attn: sdpa`, or reinstall flash-attn built for this torch (ROCm: the CK or Triton build).",
+        )
+    return Check(name, "ok", f"flash-attn {lib.version} ({lib.backend or 'backend unknown'})")
+
+
+def check_deepspeed(facts: MachineFacts) -> Check:
+    name = "deepspeed"
+    lib = _library(facts, "deepspeed")
+    gpu_count = len(facts.torch.gpus) or len(facts.kfd_gpus or ())
+    if lib.version is not None:
+        return Check(name, "ok", f"deepspeed {lib.version}")
+    if gpu_count > 1:
+        return Check(name, "warning", f"not installed, and {gpu_count} GPUs are here: ZeRO sharding is unavailable",
+                     "`pip install deepspeed` for ZeRO-2/3 across GPUs.")
+    return Check(name, "ok", "not installed (only needed for ZeRO across several GPUs)")
+
+
+def check_liger_kernel(facts: MachineFacts) -> Check:
+    lib = _library(facts, "liger-kernel")
+    if lib.version is None:
+        return Check("liger-kernel", "ok", "not installed (optional: `enable_liger_kernel` saves memory)")
+    return Check("liger-kernel", "ok", f"liger-kernel {lib.version}")
+
+
+def check_llamafactory(facts: MachineFacts) -> Check:
+    name = "LLaMA-Factory"
+    versions = ", ".join(f"{k} {v or 'missing'}" for k, v in facts.versions.items())
+    if facts.llamafactory_cli is None or facts.versions.get("llamafactory") is None:
+        return Check(
+            name,
+            "problem",
+            f"llamafactory-cli not found ({versions})",
+            "`make setup` (or `pip install -r requirements.txt` in the app's environment).",
+            "any",
+        )
+    missing = [k for k, v in facts.versions.items() if v is None]
+    if missing:
+        return Check(name, "problem", f"{facts.llamafactory_cli}; missing: {', '.join(missing)} ({versions})",
+                     "`pip install -r requirements.txt`.", "any")
+    return Check(name, "ok", f"{facts.llamafactory_cli} ({versions})")
+
+
+CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
+    check_torch_build,
+    check_gpus_visible,
+    check_gfx_targets,
+    check_visible_devices,
+    check_device_access,
+    check_groups,
+    check_bf16,
+    check_telemetry,
+    check_bitsandbytes,
+    check_flash_attn,
+    check_deepspeed,
+    check_liger_kernel,
+    check_llamafactory,
+)
+
+
+def run_checks(facts: MachineFacts) -> list[Check]:
+    return [check(facts) for check in CHECKS]
+
+
+def blocking_problems(checks: Sequence[Check], use_cpu: bool = False) -> list[Check]:
+    """The problems that would break a run: all of them for a GPU run; for a CPU run
+    (`use_cpu`, the CPU demo preset) only those that break any run."""
+    return [c for c in checks if c.verdict == "problem" and (not use_cpu or c.needed_for == "any")]
+
+
+# --- gathering the facts ------------------------------------------------------------------
+
+
+def parse_probe_output(stdout: str) -> dict[str, Any] | None:
+    """The probe's JSON from its output (libraries may print around it)."""
+    from backend.doctor_probe import MARKER
+
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                data = json.loads(line[len(MARKER):])
+            except json.JSONDecodeError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def torch_facts_from_probe(data: Mapping[str, Any]) -> TorchFacts:
+    t = data.get("torch") or {}
+    if t.get("import_error") or not t.get("version"):
+        return TorchFacts(import_error=t.get("import_error") or "the probe did not report torch")
+    return TorchFacts(
+        version=t["version"],
+        hip_version=t.get("hip_version"),
+        cuda_version=t.get("cuda_version"),
+        arch_list=tuple(t.get("arch_list") or ()),
+        gpus=tuple(
+            TorchGpu(int(g["index"]), str(g.get("name", "")), g.get("gfx_target"), g.get("total_memory_bytes"))
+            for g in t.get("gpus") or ()
+        ),
+        device_error=t.get("device_error"),
+        bf16_reported=t.get("bf16_reported"),
+    )
+
+
+def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run the torch probe in a subprocess (argument list, no shell); a failure is a fact."""
+    try:
+        done = subprocess.run(
+            [python, "-m", "backend.doctor_probe"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return {"torch": {"import_error": f"the torch probe did not finish within {timeout_s:.0f} s (a hung driver?)"}}
+    except OSError as error:
+        return {"torch": {"import_error": f"could not run {python}: {error.strerror}"}}
+    data = parse_probe_output(done.stdout)
+    if data is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"torch": {"import_error": f"the torch probe failed (exit {done.returncode}): {last}"}}
+    return data
+
+
+def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
+    """Display controllers (PCI class 0x03xxxx) by vendor."""
+    vendors = {"0x1002": "amd", "0x10de": "nvidia"}
+    found: list[PciGpu] = []
+    try:
+        devices = sorted((sysfs_root / "bus" / "pci" / "devices").iterdir())
+    except OSError:
+        return ()
+    for device in devices:
+        try:
+            pci_class = (device / "class").read_text().strip()
+            vendor = (device / "vendor").read_text().strip().lower()
+        except OSError:
+            continue
+        if pci_class.startswith("0x03"):
+            found.append(PciGpu(device.name, vendors.get(vendor, "other")))  # type: ignore[arg-type]
+    return tuple(found)
+
+
+def read_device_nodes(dev_root: Path = Path("/dev")) -> tuple[DeviceNode, ...]:
+    paths = [dev_root / "kfd", *sorted((dev_root / "dri").glob("renderD*"))]
+    nodes: list[DeviceNode] = []
+    for path in paths:
+        shown = "/dev/" + str(path.relative_to(dev_root))
+        try:
+            gid = path.stat().st_gid
+        except OSError:
+            nodes.append(DeviceNode(shown, False, False))
+            continue
+        try:
+            group: str | None = grp.getgrgid(gid).gr_name
+        except KeyError:
+            group = str(gid)
+        nodes.append(DeviceNode(shown, True, os.access(path, os.R_OK | os.W_OK), group))
+    return tuple(nodes)
+
+
+def read_user() -> UserFacts:
+    uid = os.getuid()
+    try:
+        entry = pwd.getpwuid(uid)
+        name, primary = entry.pw_name, entry.pw_gid
+    except KeyError:
+        name, primary = str(uid), os.getgid()
+
+    def group_name(gid: int) -> str:
+        try:
+            return grp.getgrgid(gid).gr_name
+        except KeyError:
+            return str(gid)
+
+    process = tuple(dict.fromkeys(group_name(g) for g in (os.getgid(), *os.getgroups())))
+    listed = tuple(g.gr_name for g in grp.getgrall() if name in g.gr_mem or g.gr_gid == primary)
+    return UserFacts(name, uid, process, listed)
+
+
+def read_telemetry(sysfs_root: Path, env: Mapping[str, str]) -> tuple[SourceStatus, ...]:
+    try:
+        from backend.telemetry.detect import detect_sources
+    except ImportError as error:
+        return (SourceStatus("telemetry", False, f"telemetry module not available: {error}"),)
+    try:
+        return tuple(detect_sources(sysfs_root, env)[1])
+    except Exception as error:  # a broken source must not stop the doctor
+        return (SourceStatus("telemetry", False, f"detection failed: {type(error).__name__}: {error}"),)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def find_llamafactory_cli() -> str | None:
+    beside_python = Path(sys.executable).parent / "llamafactory-cli"
+    if beside_python.is_file():
+        return str(beside_python)
+    return shutil.which("llamafactory-cli")
+
+
+def gather_facts(
+    sysfs_root: Path = Path("/sys"),
+    env: Mapping[str, str] = os.environ,
+    probe: Callable[[], dict[str, Any]] = run_probe,
+) -> MachineFacts:
+    data = probe()
+    bnb = data.get("bitsandbytes") or {}
+    flash = data.get("flash_attn") or {}
+    kfd = read_kfd_gpus(sysfs_root)
+    return MachineFacts(
+        torch=torch_facts_from_probe(data),
+        kfd_gpus=tuple(kfd) if kfd is not None else None,
+        pci_gpus=read_pci_gpus(sysfs_root),
+        devices=read_device_nodes(),
+        user=read_user(),
+        env={k: env[k] for k in ENV_OF_INTEREST if k in env},
+        telemetry=read_telemetry(sysfs_root, env),
+        libraries=(
+            LibraryFact("bitsandbytes", bnb.get("version"), bnb.get("backend"), bnb.get("error")),
+            LibraryFact("flash_attn", flash.get("version"), flash.get("backend"), flash.get("error")),
+            LibraryFact("deepspeed", _version("deepspeed")),
+            LibraryFact("liger-kernel", _version("liger-kernel") or _version("liger_kernel")),
+        ),
+        llamafactory_cli=find_llamafactory_cli(),
+        versions={name: _version(name) for name in VERSIONS_OF_INTEREST},
+    )
+
+
+def facts_to_json(facts: MachineFacts) -> dict[str, Any]:
+    data = asdict(facts)
+    data["env"] = dict(facts.env)
+    data["versions"] = dict(facts.versions)
+    return data
