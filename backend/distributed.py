@@ -189,6 +189,89 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+# The page's fields for a plan (prefixed so they never collide with config.FORM_FIELDS), and
+# what each holds before the user touches it. form.json keeps them, so a run's plan can be
+# rebuilt from its directory.
+PLAN_FORM_DEFAULTS: dict[str, Any] = {
+    "dist_gpus": "0",
+    "dist_nproc": 1,
+    "dist_strategy": "ddp",
+    "dist_offload": False,
+    "dist_ddp_timeout_s": DEFAULT_DDP_TIMEOUT_S,
+    "dist_rccl_env": "\n".join(f"{k}={v}" for k, v in DEFAULT_RCCL_ENV),
+    "dist_nnodes": 1,
+    "dist_node_rank": 0,
+    "dist_master_addr": "127.0.0.1",
+    "dist_master_port": DEFAULT_MASTER_PORT,
+}
+
+
+def plan_to_form(plan: DistributedPlan) -> dict[str, Any]:
+    """The page's field values that show `plan` (the inverse of parse_plan_form)."""
+    return {
+        "dist_gpus": visible_devices(plan),
+        "dist_nproc": plan.nproc,
+        "dist_strategy": plan.strategy,
+        "dist_offload": plan.offload,
+        "dist_ddp_timeout_s": plan.ddp_timeout_s,
+        "dist_rccl_env": format_env_lines(plan.rccl_env),
+        "dist_nnodes": plan.nnodes,
+        "dist_node_rank": plan.node_rank,
+        "dist_master_addr": plan.master_addr,
+        "dist_master_port": plan.master_port,
+    }
+
+
+def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[DistributedPlan, list[Finding]]:
+    """A plan from the page's raw field values, and every finding about it (unparseable
+    fields fall back to their defaults with a finding each, then check_plan runs)."""
+    findings: list[Finding] = []
+
+    def raw(name: str) -> Any:
+        value = values.get(name, PLAN_FORM_DEFAULTS[name])
+        return value.strip() if isinstance(value, str) else value
+
+    def whole(name: str, what: str) -> int:
+        value = raw(name)
+        try:
+            if isinstance(value, bool) or value is None or value == "":
+                raise ValueError
+            number = float(value)
+            if number != int(number):
+                raise ValueError
+            return int(number)
+        except (TypeError, ValueError, OverflowError):
+            findings.append(Finding(name, f"{what} must be a whole number, not {value!r}.", f"Enter a whole number for {what}.", rule="not-a-number"))
+            return int(PLAN_FORM_DEFAULTS[name])
+
+    gpus: tuple[int, ...] = ()
+    if not on_cpu:
+        try:
+            gpus = parse_gpu_list(str(raw("dist_gpus") or ""))
+        except ValueError as error:
+            findings.append(Finding("dist_gpus", f"GPU list: {error}.", "List GPU indices like 0,1,2,3 or 0-3.", rule="bad-gpu-list"))
+    try:
+        rccl_env = parse_env_lines(str(raw("dist_rccl_env") or ""))
+    except ValueError as error:
+        findings.append(Finding("dist_rccl_env", f"RCCL settings: {error}.", "Write one NAME=value a line.", rule="bad-env-line"))
+        rccl_env = DEFAULT_RCCL_ENV
+    strategy = str(raw("dist_strategy"))
+    plan = DistributedPlan(
+        gpus=gpus,
+        nproc=whole("dist_nproc", "Processes per node"),
+        strategy=strategy,  # type: ignore[arg-type]  # check_plan reports a bad one
+        offload=bool(raw("dist_offload")),
+        master_port=whole("dist_master_port", "Master port"),
+        ddp_timeout_s=whole("dist_ddp_timeout_s", "Collective timeout"),
+        rccl_env=rccl_env,
+        nnodes=whole("dist_nnodes", "Number of nodes"),
+        node_rank=whole("dist_node_rank", "Node rank"),
+        master_addr=str(raw("dist_master_addr") or ""),
+        on_cpu=on_cpu,
+    )
+    return plan, findings + check_plan(plan)
+
+
 # --- checks --------------------------------------------------------------------------------
 
 
@@ -527,7 +610,10 @@ __all__ = [
     "launch_env",
     "network_env",
     "node_commands",
+    "PLAN_FORM_DEFAULTS",
     "parse_env_lines",
+    "parse_plan_form",
+    "plan_to_form",
     "parse_gpu_list",
     "plan_for_preset",
     "rccl_env_from_preset",

@@ -44,7 +44,9 @@ from backend.distributed import (
     node_commands,
     parse_env_lines,
     parse_gpu_list,
+    parse_plan_form,
     plan_for_preset,
+    plan_to_form,
     slurm_script,
     torchrun_dir,
     write_deepspeed_json,
@@ -207,6 +209,17 @@ def test_form_parsers():
     )
     with pytest.raises(ValueError, match="line 1"):
         parse_env_lines("NCCL_DEBUG")
+
+
+def test_plan_form_round_trip_and_bad_fields():
+    back, findings = parse_plan_form(plan_to_form(TWO_NODES))
+    assert back == TWO_NODES and findings == []
+    broken = {**plan_to_form(TWO_NODES), "dist_gpus": "0,a", "dist_nproc": "two", "dist_rccl_env": "NCCL_DEBUG", "dist_strategy": "fsdp"}
+    plan, findings = parse_plan_form(broken)
+    assert {"bad-gpu-list", "not-a-number", "bad-env-line", "bad-strategy"} <= rules(findings)
+    assert [f.key for f in findings if f.rule == "not-a-number"] == ["dist_nproc"]
+    cpu, findings = parse_plan_form({"dist_nproc": "2", "dist_gpus": "0,1"}, on_cpu=True)
+    assert cpu.on_cpu and cpu.gpus == () and cpu.nproc == 2 and findings == []
 
 
 def test_plans_from_the_shipped_presets():
