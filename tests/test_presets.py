@@ -1,0 +1,107 @@
+"""The shipped hardware presets (presets/*.yaml) and the loader's handling of bad files."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from backend.checks import check_config
+from backend.config import FORM_DEFAULTS, FORM_FIELDS, parse_form
+from backend.export import ENV_NAME, export_shell
+from backend.presets import PRESETS_DIR, load_presets
+from tests.test_checks import make_dataset_dir, make_model_dir
+
+PRESETS, ERRORS = load_presets()
+
+# id -> (gfx target, GB per device, devices per node, bf16)
+EXPECTED = {
+    "cpu-demo": ("cpu", 0, 1, False),
+    "mi300x": ("gfx942", 192, 8, True),
+    "mi325x": ("gfx942", 256, 8, True),
+    "mi250": ("gfx90a", 64, 8, True),
+    "w7900": ("gfx1100", 48, 1, True),
+    "rx7900xtx": ("gfx1100", 24, 1, True),
+    "rx7900xt": ("gfx1100", 20, 1, True),
+    "rx7800xt": ("gfx1101", 16, 1, True),
+    "rx6900xt": ("gfx1030", 16, 1, False),
+}
+
+
+def test_every_shipped_preset_loads() -> None:
+    assert ERRORS == []
+    assert set(EXPECTED) <= set(PRESETS)
+
+
+@pytest.mark.parametrize("preset_id", sorted(EXPECTED))
+def test_hardware_facts(preset_id: str) -> None:
+    preset = PRESETS[preset_id]
+    assert (preset.gfx_target, preset.vram_gb, preset.devices_per_node, preset.bf16) == EXPECTED[preset_id]
+    assert preset.display_name
+
+
+def test_dropdown_order() -> None:
+    order = list(PRESETS)
+    assert order[:3] == ["cpu-demo", "mi300x", "rx7900xtx"]
+    assert [PRESETS[i].order for i in order[:3]] == [0, 10, 20]
+    assert all(PRESETS[i].order > 20 for i in order[3:])
+    assert len({p.order for p in PRESETS.values()}) == len(PRESETS)
+
+
+def test_gfx_override_only_where_rocm_lacks_the_target() -> None:
+    overrides = {p.id: dict(p.env).get("HSA_OVERRIDE_GFX_VERSION") for p in PRESETS.values()}
+    assert {k: v for k, v in overrides.items() if v} == {"rx7800xt": "11.0.0"}
+
+
+@pytest.mark.parametrize("preset_id", sorted(EXPECTED))
+def test_defaults_are_consistent(preset_id: str) -> None:
+    preset = PRESETS[preset_id]
+    assert preset.precision != "bf16" or preset.bf16, "a bf16 default on hardware without bf16"
+    assert set(preset.qlora_bits) <= {4, 8}
+    assert all(ENV_NAME.match(name) for name, _ in preset.env)
+    assert set(preset.form_values()) <= set(FORM_FIELDS)
+    if preset.use_cpu:
+        assert preset.qlora_bits == () and preset.precision == "fp32"
+
+
+def test_rdna2_trains_in_fp16() -> None:
+    assert PRESETS["rx6900xt"].precision == "fp16" and not PRESETS["rx6900xt"].bf16
+
+
+@pytest.mark.parametrize("preset_id", sorted(EXPECTED))
+def test_a_preset_s_own_defaults_pass_the_checks(preset_id: str, tmp_path: Path) -> None:
+    preset = PRESETS[preset_id]
+    values = {
+        **FORM_DEFAULTS,
+        **preset.form_values(),
+        "model_path": str(make_model_dir(tmp_path / "model")),
+        "dataset_dir": str(make_dataset_dir(tmp_path / "data")),
+        "dataset": "demo",
+    }
+    config, findings = parse_form(values, preset.env, preset.use_cpu)
+    findings += check_config(config, preset, bnb_available=lambda: True)
+    assert [f for f in findings if f.severity == "problem"] == []
+
+
+@pytest.mark.parametrize("preset_id", sorted(EXPECTED))
+def test_exported_shell_exports_the_preset_environment_verbatim(preset_id: str) -> None:
+    preset = PRESETS[preset_id]
+    config, _ = parse_form(dict(FORM_DEFAULTS), preset.env, preset.use_cpu)
+    exports = [shlex.split(line) for line in export_shell(config, preset, "run.yaml").splitlines() if line.startswith("export ")]
+    pairs = [tuple(words[1].split("=", 1)) for words in exports]
+    assert [p for p in pairs if p[0] != "CUDA_VISIBLE_DEVICES"] == list(preset.env)
+
+
+def test_a_malformed_preset_is_reported_by_name_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "good.yaml").write_text((PRESETS_DIR / "mi300x.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text("display_name: [unclosed\n")
+    (tmp_path / "partial.yaml").write_text("display_name: Half a preset\ngfx_target: gfx1100\n")
+    (tmp_path / "wrong.yaml").write_text((PRESETS_DIR / "mi300x.yaml").read_text().replace("precision: bf16", "precision: fp8"))
+    presets, errors = load_presets(tmp_path)
+    assert list(presets) == ["good"]
+    problems = {e.file: e.problem for e in errors}
+    assert set(problems) == {"broken.yaml", "partial.yaml", "wrong.yaml"}
+    assert "YAML" in problems["broken.yaml"]
+    assert "vram_gb" in problems["partial.yaml"]
+    assert "fp8" in problems["wrong.yaml"]
