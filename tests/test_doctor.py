@@ -354,7 +354,6 @@ def test_gather_facts_from_a_fake_sysfs(tmp_path: Path) -> None:
     assert gfx.verdict == "ok" and "gfx1031 runs as gfx1030" in gfx.saw
 
 
-@pytest.mark.timeout(300)
 def test_doctor_cli_on_this_machine() -> None:
     """The real thing, as a user runs it: probe subprocess included."""
     done = subprocess.run(
