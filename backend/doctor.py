@@ -409,21 +409,22 @@ def check_groups(facts: MachineFacts) -> Check:
 
 def check_bf16(facts: MachineFacts) -> Check:
     name = "bf16"
-    targets = list(dict.fromkeys(amd_targets(facts)))
+    targets = [t for t in dict.fromkeys(amd_targets(facts)) if t != "unknown"]
     if not targets:
-        if facts.torch.gpus and facts.torch.bf16_reported is not None:
-            verdict: Verdict = "ok" if facts.torch.bf16_reported else "warning"
-            return Check(name, verdict, f"torch reports bf16 {'supported' if facts.torch.bf16_reported else 'unsupported'}",
-                         "" if facts.torch.bf16_reported else "Use fp16.")
+        reported = facts.torch.bf16_reported
+        if facts.torch.gpus and reported is not None:  # an NVIDIA GPU: torch's answer is right there
+            if reported:
+                return Check(name, "ok", "torch reports bf16 supported")
+            return Check(name, "warning", "torch reports bf16 unsupported", "Use fp16 (precision: fp16).")
         return Check(name, "ok", "no GPU: CPU runs use fp32 (the CPU demo preset)")
     without = [t for t in targets if not has_bf16(t)]
     if not without:
-        return Check(name, "ok", f"{', '.join(targets)} support bf16")
+        return Check(name, "ok", f"{', '.join(targets)}: bf16 supported")
     reported = " (torch.cuda.is_bf16_supported() says True anyway)" if facts.torch.bf16_reported else ""
     return Check(
         name,
         "warning",
-        f"{', '.join(without)} has no bf16 arithmetic{reported}",
+        f"{', '.join(without)}: no bf16 arithmetic{reported}",
         "Use fp16 (precision: fp16) on this GPU; bf16 would crash or run emulated.",
     )
 

@@ -8,8 +8,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from backend.doctor import (
     Check,
     DeviceNode,
