@@ -15,7 +15,6 @@ chart); "problem" (a run would break). A check that only matters on the GPU says
 from __future__ import annotations
 
 import grp
-import importlib.metadata
 import json
 import os
 import pwd
@@ -26,7 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from backend.doctor_probe import MARKER, installed_version
 from backend.telemetry.base import SourceStatus
+from backend.telemetry.sysfs import AMD_VENDOR_ID
 from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus
 
 Verdict = Literal["ok", "warning", "problem"]
@@ -35,6 +36,7 @@ Scope = Literal["gpu", "any"]
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_TIMEOUT_S = 180  # importing torch on a busy machine, then bitsandbytes: tens of seconds
 GIB = 1024**3
+NVIDIA_VENDOR_ID = "0x10de"
 
 # The override that makes ROCm run a target with the code of its nearest supported sibling.
 # Applied only when the installed torch has no kernels for the target itself.
@@ -553,8 +555,6 @@ def blocking_problems(checks: Sequence[Check], use_cpu: bool = False) -> list[Ch
 
 def parse_probe_output(stdout: str) -> dict[str, Any] | None:
     """The probe's JSON from its output (libraries may print around it)."""
-    from backend.doctor_probe import MARKER
-
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
             try:
@@ -606,7 +606,7 @@ def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) 
 
 def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
     """Display controllers (PCI class 0x03xxxx) by vendor."""
-    vendors = {"0x1002": "amd", "0x10de": "nvidia"}
+    vendors = {AMD_VENDOR_ID: "amd", NVIDIA_VENDOR_ID: "nvidia"}
     found: list[PciGpu] = []
     try:
         devices = sorted((sysfs_root / "bus" / "pci" / "devices").iterdir())
@@ -671,13 +671,6 @@ def read_telemetry(sysfs_root: Path, env: Mapping[str, str]) -> tuple[SourceStat
         return (SourceStatus("telemetry", False, f"detection failed: {type(error).__name__}: {error}"),)
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def find_llamafactory_cli() -> str | None:
     beside_python = Path(sys.executable).parent / "llamafactory-cli"
     if beside_python.is_file():
@@ -705,11 +698,11 @@ def gather_facts(
         libraries=(
             LibraryFact("bitsandbytes", bnb.get("version"), bnb.get("backend"), bnb.get("error")),
             LibraryFact("flash_attn", flash.get("version"), flash.get("backend"), flash.get("error")),
-            LibraryFact("deepspeed", _version("deepspeed")),
-            LibraryFact("liger-kernel", _version("liger-kernel") or _version("liger_kernel")),
+            LibraryFact("deepspeed", installed_version("deepspeed")),
+            LibraryFact("liger-kernel", installed_version("liger-kernel") or installed_version("liger_kernel")),
         ),
         llamafactory_cli=find_llamafactory_cli(),
-        versions={name: _version(name) for name in VERSIONS_OF_INTEREST},
+        versions={name: installed_version(name) for name in VERSIONS_OF_INTEREST},
     )
 
 

@@ -24,7 +24,8 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()[:500]
 
 
-def _version(distribution: str) -> str | None:
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, from its metadata (nothing is imported)."""
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -72,7 +73,7 @@ def probe_torch() -> dict[str, Any]:
 
 
 def probe_bitsandbytes() -> dict[str, Any]:
-    facts: dict[str, Any] = {"version": _version("bitsandbytes"), "backend": None, "error": None}
+    facts: dict[str, Any] = {"version": installed_version("bitsandbytes"), "backend": None, "error": None}
     if facts["version"] is None:
         return facts
     try:
@@ -90,7 +91,7 @@ def probe_bitsandbytes() -> dict[str, Any]:
 
 
 def probe_flash_attn() -> dict[str, Any]:
-    facts: dict[str, Any] = {"version": _version("flash_attn") or _version("flash-attn"), "backend": None, "error": None}
+    facts: dict[str, Any] = {"version": installed_version("flash_attn") or installed_version("flash-attn"), "backend": None, "error": None}
     if facts["version"] is None:
         return facts
     try:
