@@ -17,6 +17,7 @@ this module for its path constants must stay cheap (the web server does).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Sequence
 
 # Bump whenever anything the builder writes changes: an existing demo with another stamp is rebuilt.
-BUILDER_VERSION = "rocboard-demo-1"
+# The stamp also carries a hash of this file, so an edit someone forgot to version still rebuilds.
+BUILDER_VERSION = "rocboard-demo-2"
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
 DATASET_NAME = "demo"
@@ -90,11 +92,17 @@ def demo_paths(out: Path = DEMO_DIR) -> DemoPaths:
     return DemoPaths(model_dir=out / "model", dataset_dir=out / "data", dataset_name=DATASET_NAME)
 
 
+def builder_stamp() -> str:
+    """What a finished build writes to its stamp file: the builder version and source hash."""
+    source_digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    return f"{BUILDER_VERSION} {source_digest}"
+
+
 def is_demo_current(out: Path = DEMO_DIR) -> bool:
-    """True when `out` holds a finished build of this builder version."""
+    """True when `out` holds a finished build made by this very builder."""
     stamp = Path(out) / STAMP_FILE
     try:
-        return stamp.read_text(encoding="utf-8").strip() == BUILDER_VERSION
+        return stamp.read_text(encoding="utf-8").strip() == builder_stamp()
     except OSError:
         return False
 
@@ -294,7 +302,7 @@ def _build_into(root: Path) -> None:
     model.save_pretrained(paths.model_dir)
     _write_tokenizer(paths.model_dir, tokenizer)
     # The stamp goes in last: a folder without it was never finished.
-    (root / STAMP_FILE).write_text(BUILDER_VERSION + "\n", encoding="utf-8")
+    (root / STAMP_FILE).write_text(builder_stamp() + "\n", encoding="utf-8")
 
 
 def build_demo(out: Path = DEMO_DIR, force: bool = False) -> DemoPaths:
@@ -340,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out.resolve()
     if not args.force and is_demo_current(out):
-        print(f"Demo in {out} is up to date ({BUILDER_VERSION}).")
+        print(f"Demo in {out} is up to date ({builder_stamp()}).")
         return 0
     # Nothing here needs the network; keep the libraries from trying.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -348,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     transformers_logging.disable_progress_bar()
     paths = build_demo(out, force=args.force)
-    print(f"Built demo ({BUILDER_VERSION}): model {paths.model_dir}, dataset '{paths.dataset_name}' in {paths.dataset_dir}")
+    print(f"Built demo ({builder_stamp()}): model {paths.model_dir}, dataset '{paths.dataset_name}' in {paths.dataset_dir}")
     return 0
 
 

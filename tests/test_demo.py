@@ -139,23 +139,42 @@ def test_second_build_leaves_the_demo_alone(built: DemoPaths, monkeypatch: pytes
 def _fake_build(root: Path) -> None:
     (root / "model").mkdir(parents=True)
     (root / "model" / "marker").write_text("new", encoding="utf-8")
-    (root / demo.STAMP_FILE).write_text(demo.BUILDER_VERSION, encoding="utf-8")
+    (root / demo.STAMP_FILE).write_text(demo.builder_stamp(), encoding="utf-8")
 
 
-def test_force_or_another_version_rebuilds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "stale_stamp",
+    [
+        pytest.param(lambda: "rocboard-demo-0 " + demo.builder_stamp().split()[1], id="older-version"),
+        pytest.param(lambda: demo.BUILDER_VERSION + " 0000000000000000", id="edited-builder"),
+        pytest.param(lambda: None, id="never-finished"),
+    ],
+)
+def test_stale_or_unfinished_demo_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stale_stamp) -> None:
     monkeypatch.setattr(demo, "_build_into", _fake_build)
     out = tmp_path / "demo"
     (out / "model").mkdir(parents=True)
     (out / "model" / "marker").write_text("old", encoding="utf-8")
-    (out / demo.STAMP_FILE).write_text("rocboard-demo-0", encoding="utf-8")
+    stamp = stale_stamp()
+    if stamp is not None:
+        (out / demo.STAMP_FILE).write_text(stamp, encoding="utf-8")
 
     ensure_demo(out)
     assert (out / "model" / "marker").read_text(encoding="utf-8") == "new"
+    assert demo.is_demo_current(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no staging or retired folders left
 
+
+def test_force_rebuilds_a_current_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo, "_build_into", _fake_build)
+    out = tmp_path / "demo"
+    build_demo(out)
     (out / "model" / "marker").write_text("edited", encoding="utf-8")
+    build_demo(out)
+    assert (out / "model" / "marker").read_text(encoding="utf-8") == "edited"
     build_demo(out, force=True)
     assert (out / "model" / "marker").read_text(encoding="utf-8") == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no staging or retired folders left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
 
 
 def test_interrupted_build_keeps_the_previous_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
