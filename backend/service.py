@@ -60,6 +60,7 @@ class RunSnapshot:
     log_tail: str
     has_adapter: bool
     garbage_lines: int
+    alert: str | None  # NaN/inf loss or exploding gradients, said at once
     version: tuple  # changes whenever anything the page shows changes
 
 
@@ -125,6 +126,12 @@ class RunMonitor:
             if changed:
                 self.counter += 1
 
+    def alert(self) -> str | None:
+        from backend.diagnose import loss_alert
+
+        recent = self.series.points[-50:]
+        return loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None])
+
     def _add_reading(self, reading: Reading) -> None:
         if self.first_sample_at is None:
             self.first_sample_at = reading.at
@@ -176,9 +183,12 @@ class RocBoard:
         # Downloads are served from a copy in the system temp dir: Gradio serves files the
         # app returns from there, and nothing else of the runs directory is ever exposed.
         self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="rocboard-exports-"))
+        self.export_dir.mkdir(parents=True, exist_ok=True)
         self._monitors: dict[str, RunMonitor] = {}
         self._start_lock = threading.Lock()
         self._watched: str | None = None
+        self._doctor_checks: list[Any] | None = None
+        self._doctor_error = ""
 
     # --- presets and form ------------------------------------------------------------
 
@@ -224,6 +234,42 @@ class RocBoard:
         from backend.export import export_shell
 
         return export_shell(config, preset, CONFIG_FILE)
+
+    # --- estimate, import, export ---------------------------------------------------
+
+    def estimate(self, form: Mapping[str, Any]):
+        """Peak memory per device for the form's config on its preset."""
+        from backend.estimate import estimate_memory
+
+        config, _, preset = self.parse(form)
+        return estimate_memory(config, preset)
+
+    def import_yaml(self, text: str, preset_id: str):
+        """Findings and form values of a pasted or uploaded LLaMA-Factory YAML."""
+        from backend.yaml_import import import_yaml
+
+        return import_yaml(text or "", self.preset(preset_id))
+
+    def fix_yaml(self, text: str, preset_id: str) -> tuple[str, Any]:
+        """The YAML with every mechanical fix applied, and what is still wrong with it."""
+        from backend.yaml_import import apply_fixes, dump_yaml
+
+        first = self.import_yaml(text, preset_id)
+        if not first.args:
+            return text, first
+        fixed = dump_yaml(apply_fixes(first.args, first.findings))
+        return fixed, self.import_yaml(fixed, preset_id)
+
+    def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
+        """A YAML file to download (in the temp export dir) and the shell lines that run it."""
+        from backend.export import default_filenames, export_shell, export_yaml
+
+        config, _, preset = self.parse(form)
+        yaml_name, _ = default_filenames(config)
+        target_dir = Path(tempfile.mkdtemp(prefix="yaml-", dir=self.export_dir))
+        path = target_dir / yaml_name
+        path.write_text(export_yaml(config, f"saves/{config.run_name or 'run'}"), encoding="utf-8")
+        return path, export_shell(config, preset, yaml_name)
 
     # --- runs ------------------------------------------------------------------------
 
@@ -313,6 +359,7 @@ class RocBoard:
         run_dir = self.store.run_dir(run_id)
         log_tail = "" if state.active else _log_tail(run_dir / LOG_FILE)
         adapter = artifacts.has_adapter(run_dir)
+        alert = monitor.alert()
         return RunSnapshot(
             run=state,
             points=list(monitor.series.points),
@@ -321,7 +368,8 @@ class RocBoard:
             log_tail=log_tail,
             has_adapter=adapter,
             garbage_lines=monitor.metrics_tail.garbage_lines,
-            version=(state.state, state.exit_code, monitor.counter, adapter),
+            alert=alert,
+            version=(state.state, state.exit_code, monitor.counter, adapter, state.stop_reason),
         )
 
     def adapter_download(self, run_id: str) -> Path:
@@ -346,15 +394,125 @@ class RocBoard:
         runs = self.store.list()
         return runs[0] if runs else None
 
-    def failure_cause(self, run_id: str) -> tuple[str, str]:
+    def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run, read from its train.log; empty when unknown."""
         from backend.diagnose import summarize_failure
+        from backend.i18n import translate
 
         state = self.store.read(run_id)
         text = _log_tail(self.store.run_dir(run_id) / LOG_FILE, lines=400, max_bytes=400_000)
-        summary = summarize_failure(text, state.exit_code)
-        top = summary.diagnosis
-        return (top.cause, top.fix) if top is not None else ("", "")
+        top = summarize_failure(text, state.exit_code).diagnosis
+        if top is None:
+            return "", ""
+        cause_key, fix_key = f"diagnose.{top.rule}.cause", f"diagnose.{top.rule}.fix"
+        cause, fix = translate(cause_key, locale), translate(fix_key, locale)
+        return (top.cause if cause == cause_key else cause, top.fix if fix == fix_key else fix)
+
+    def resume(self, run_id: str) -> StartResult:
+        """Continues a stopped or failed run from its latest complete checkpoint."""
+        from backend.resume import Refusal, prepare_resume, resume_plan
+
+        with self._start_lock:
+            active = self.active_run()
+            if active is not None:
+                return StartResult(None, [Finding("resume", f"Run {active.id} is still {active.state}.", "Wait for it to end, or stop it first.", rule="run-active")])
+            plan = resume_plan(self.store, run_id)
+            if isinstance(plan, Refusal):
+                return StartResult(None, [Finding("resume", plan.problem, plan.fix, rule="resume-refused")])
+            prepare_resume(self.store, run_id)
+            form = self.store.read_form(run_id)
+            preset = self.preset(str(form.get("preset", "")))
+            state = self.launcher.start(run_id, dict(preset.env) if preset else {})
+            self._monitors.pop(run_id, None)  # re-read the whole curve, resumed steps included
+            self._watch(state)
+            return StartResult(state, [])
+
+    def stop_for_alert(self, run_id: str) -> RunSnapshot:
+        """Stops a run whose loss went NaN/inf (the user opted in), saying why."""
+        self.launcher.stop(run_id)
+        self.store.update(run_id, stop_reason="Stopped on NaN/inf loss (stop on NaN is on).")
+        self._unwatch_if(run_id)
+        return self.snapshot(run_id)
+
+    def preset_notes(self, preset_id: str) -> str:
+        preset = self.preset(preset_id)
+        if preset is None:
+            return ""
+        parts = [f"`{preset.gfx_target}`"]
+        if preset.vram_gb:
+            parts.append(f"{preset.vram_gb:g} GB × {preset.devices_per_node}")
+        parts.append("bf16" if preset.bf16 else "no bf16 (fp16)")
+        if preset.env:
+            parts.append("env: " + ", ".join(f"`{k}={v}`" for k, v in preset.env))
+        text = " · ".join(parts)
+        return f"{text}  \n{preset.notes}" if preset.notes else text
+
+    # --- the doctor, gathered once in the background -----------------------------------
+
+    def start_doctor(self) -> None:
+        """Gathers the machine's facts on a thread (the torch probe takes seconds)."""
+
+        def gather() -> None:
+            from backend.doctor import gather_facts, run_checks
+
+            try:
+                self._doctor_checks = run_checks(gather_facts())
+            except Exception as error:  # a broken probe must not take the app down
+                self._doctor_error = str(error)
+
+        threading.Thread(target=gather, daemon=True, name="doctor").start()
+
+    def doctor_checks(self, refresh: bool = False) -> list[Any]:
+        if refresh or self._doctor_checks is None:
+            from backend.doctor import gather_facts, run_checks
+
+            self._doctor_checks = run_checks(gather_facts())
+        return self._doctor_checks
+
+    def doctor_blockers_markdown(self, preset_id: str) -> str:
+        """The doctor's problems that would break a run on this preset, for beside Start."""
+        if self._doctor_checks is None:
+            return ""
+        from backend.doctor import blocking_problems
+
+        preset = self.preset(preset_id)
+        blockers = blocking_problems(self._doctor_checks, use_cpu=bool(preset and preset.use_cpu))
+        return "\n".join(f"❌ **{c.name}:** {c.saw} — {c.fix}" for c in blockers)
+
+    # --- history -------------------------------------------------------------------
+
+    def history_headers(self) -> list[str]:
+        from backend.history import HISTORY_HEADERS
+
+        return list(HISTORY_HEADERS)
+
+    def history_rows(self) -> list[list[Any]]:
+        from backend.history import summaries_table, summarize_runs
+
+        self.runs()  # settle runs that ended while nobody watched
+        return summaries_table(summarize_runs(self.store))
+
+    def run_ids(self) -> list[str]:
+        return [state.id for state in self.store.list()]
+
+    def overlay_figure(self, run_ids: list[str]) -> dict:
+        from backend.history import overlay_figure
+
+        return overlay_figure(self.store, run_ids)
+
+    def is_active(self, run_id: str) -> bool:
+        try:
+            return self.launcher.refresh(run_id).active
+        except RunNotFound:
+            return False
+
+    def delete_run(self, run_id: str) -> str:
+        """Deletes a run that is not training; returns why not, or ""."""
+        try:
+            self.delete(run_id)
+        except (RunNotFound, RuntimeError) as error:
+            return str(error)
+        return ""
 
     def runs(self) -> list[RunState]:
         return [self.launcher.refresh(s.id) if s.active else s for s in self.store.list()]

@@ -1,7 +1,8 @@
 """What the page shows, as text and HTML, computed from snapshots and findings.
 
-Kept out of ui/ so the widgets only wire events to these functions, and so the
-wording can be tested (and translated) without a browser.
+Kept out of ui/ so the widgets only wire events to these functions, and so the wording
+can be tested (and translated) without a browser. Every sentence goes through the
+catalogue in backend/i18n.py; `locale` is "en" or "zh-CN".
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 from dataclasses import dataclass
 
 from backend.findings import Finding
+from backend.i18n import translate as t
+from backend.i18n import translate_message
 from backend.service import RunSnapshot
 
 # Which form field a config key's finding belongs next to.
@@ -20,16 +23,9 @@ KEY_TO_FIELD = {
     "gradient_accumulation_steps": "grad_accum",
     "bf16": "precision",
     "fp16": "precision",
-    "dataset": "dataset",
     "datasets": "dataset",
-}
-
-STATE_BADGES = {
-    "starting": ("#6b7280", "starting"),
-    "running": ("#2563eb", "running"),
-    "finished": ("#16a34a", "finished"),
-    "failed": ("#dc2626", "failed"),
-    "stopped": ("#d97706", "stopped"),
+    "dataset_dir": "dataset_dir",
+    "num_train_epochs": "num_train_epochs",
 }
 
 
@@ -37,24 +33,35 @@ def field_for(key: str) -> str:
     return KEY_TO_FIELD.get(key, key)
 
 
-def field_messages(findings: list[Finding], fields: tuple[str, ...]) -> dict[str, str]:
+def finding_text(finding: Finding, locale: str = "en") -> tuple[str, str]:
+    """(problem, fix) in the page's language: the rule's translated fix when the
+    catalogue has one, else the finding's own English words."""
+    return (
+        translate_message(finding.rule, "problem", finding.problem, locale),
+        translate_message(finding.rule, "fix", finding.fix, locale),
+    )
+
+
+def field_messages(findings: list[Finding], fields: tuple[str, ...], locale: str = "en") -> dict[str, str]:
     """The message to show next to each form field (empty where nothing is wrong)."""
     messages: dict[str, list[str]] = {name: [] for name in fields}
     for finding in findings:
         name = field_for(finding.key)
         if name in messages:
             mark = "⚠" if finding.severity == "problem" else "ℹ"
-            messages[name].append(f"{mark} {finding.problem} {finding.fix}")
+            problem, fix = finding_text(finding, locale)
+            messages[name].append(f"{mark} {problem} {t('word.fix', locale)}: {fix}")
     return {name: " ".join(lines) for name, lines in messages.items()}
 
 
-def findings_markdown(findings: list[Finding]) -> str:
+def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
     if not findings:
         return ""
     lines = []
-    for f in findings:
-        label = "Problem" if f.severity == "problem" else "Warning"
-        lines.append(f"- **{label}** `{f.key}`: {f.problem} **Fix:** {f.fix}")
+    for finding in findings:
+        label = t("word.problem" if finding.severity == "problem" else "word.warning", locale)
+        problem, fix = finding_text(finding, locale)
+        lines.append(f"- **{label}** `{finding.key}`: {problem} **{t('word.fix', locale)}:** {fix}")
     return "\n".join(lines)
 
 
@@ -88,19 +95,18 @@ def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | N
     return Progress(latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), latest.remaining, throughput)
 
 
-def progress_html(snapshot: RunSnapshot | None) -> str:
+def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
     progress = progress_of(snapshot) if snapshot else None
     if progress is None:
         waiting = snapshot is not None and snapshot.run.active
-        text = "Loading the model and data; the first step is on its way…" if waiting else "No run yet."
-        return _bar(0.0, text)
-    parts = [f"Step {progress.step} / {progress.total}", f"{progress.percent:.0f} %"]
+        return _bar(0.0, t("progress.loading" if waiting else "progress.none", locale))
+    parts = [t("progress.step", locale, step=progress.step, total=progress.total), f"{progress.percent:.0f} %"]
     if progress.elapsed:
-        parts.append(f"elapsed {progress.elapsed}")
+        parts.append(t("progress.elapsed", locale, elapsed=progress.elapsed))
     if snapshot is not None and snapshot.run.active and progress.remaining:
-        parts.append(f"ETA {progress.remaining}")
+        parts.append(t("progress.eta", locale, eta=progress.remaining))
     if progress.throughput:
-        parts.append(f"{progress.throughput:,.0f} tokens/s")
+        parts.append(t("progress.throughput", locale, rate=f"{progress.throughput:,.0f}"))
     return _bar(progress.percent, " · ".join(parts))
 
 
@@ -113,28 +119,97 @@ def _bar(percent: float, text: str) -> str:
     )
 
 
-def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = "") -> str:
+def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = "", locale: str = "en") -> str:
     if snapshot is None:
-        return "**Status:** idle — fill the form and press Start."
+        return t("status.idle", locale)
     run = snapshot.run
-    _, word = STATE_BADGES.get(run.state, ("", run.state))
-    lines = [f"**Status: {word}** — run `{run.id}`"]
+    lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=run.id)]
     if run.state == "failed":
-        code = "unknown" if run.exit_code is None else str(run.exit_code)
-        lines.append(f"Exit code {code}. {run.stop_reason}".strip())
+        code = t("word.unknown", locale) if run.exit_code is None else str(run.exit_code)
+        lines.append(t("status.exit_code", locale, code=code))
+        if run.stop_reason:
+            lines.append(run.stop_reason)
         if cause:
-            lines.append(f"**Cause:** {cause}")
+            lines.append(f"**{t('word.cause', locale)}:** {cause}")
         if fix:
-            lines.append(f"**Fix:** {fix}")
+            lines.append(f"**{t('word.fix', locale)}:** {fix}")
+        if not cause:
+            lines.append(t("status.see_log", locale))
     elif run.state == "stopped":
-        lines.append(run.stop_reason or "Stopped.")
+        lines.append(t("status.stopped", locale))
         if snapshot.has_adapter:
-            lines.append("The adapter saved at the stop can be downloaded.")
+            lines.append(t("status.stopped_adapter", locale))
     elif run.state == "finished":
-        lines.append("Training finished." + (" The adapter is ready to download." if snapshot.has_adapter else ""))
+        lines.append(t("status.finished", locale))
+        if snapshot.has_adapter:
+            lines.append(t("status.adapter_ready", locale))
     if snapshot.garbage_lines:
-        lines.append(f"({snapshot.garbage_lines} unreadable line(s) in the trainer log were skipped.)")
+        lines.append(t("status.garbage", locale, count=snapshot.garbage_lines))
     return "  \n".join(lines)
+
+
+def run_gone_markdown(run_id: str, locale: str = "en") -> str:
+    return t("status.run_gone", locale, run_id=run_id)
+
+
+def alert_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
+    if not snapshot.alert:
+        return ""
+    return f"⚠ **{t('word.alert', locale)}:** {snapshot.alert}"
+
+
+def memory_title(snapshot: RunSnapshot, locale: str = "en") -> str:
+    if not snapshot.memory:
+        return t("chart.memory_waiting", locale)
+    if all(series.source == "process" for series in snapshot.memory):
+        return t("chart.memory_process", locale)
+    sources = sorted({series.source for series in snapshot.memory})
+    return t("chart.memory_gpu", locale, source=", ".join(sources))
+
+
+def _value(value: float | None, unit: str) -> str:
+    return "—" if value is None else f"{value:.0f} {unit}"
+
+
+def gpu_table_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
+    """Latest utilization, temperature and power per GPU (GPU sources only)."""
+    gpus = [series for series in snapshot.memory if series.source != "process"]
+    if not gpus:
+        return ""
+    header = f"| {t('word.gpu', locale)} | {t('word.used', locale)} | {t('word.utilization', locale)} | {t('word.temperature', locale)} | {t('word.power', locale)} |"
+    rows = [header, "|---|---|---|---|---|"]
+    for series in gpus:
+        used = series.used_gib[-1] if series.used_gib else None
+        total = series.total_gib[-1] if series.total_gib else None
+        memory = "—" if used is None else f"{used:.1f}" + ("" if total is None else f" / {total:.0f}") + " GiB"
+        rows.append(f"| {series.label} | {memory} | {_value(series.util_pct, '%')} | {_value(series.temp_c, '°C')} | {_value(series.power_w, 'W')} |")
+    return "\n".join(rows)
+
+
+def estimate_markdown(estimate, locale: str = "en") -> str:
+    """The VRAM fit estimate: breakdown, verdict and the cheapest change that fits."""
+    if estimate is None or estimate.verdict == "unknown":
+        return t("estimate.unknown", locale)
+    gib = 1024**3
+    lines = [f"**{t('estimate.title', locale)}:** {estimate.summary()}"]
+    for name, size in estimate.breakdown():
+        lines.append(f"- {name}: {size / gib:.2f} GiB")
+    if estimate.cheapest_fix:
+        lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {estimate.cheapest_fix}")
+    for assumption in estimate.assumptions:
+        lines.append(f"_{assumption}_")
+    return "\n".join(lines)
+
+
+def checks_markdown(checks, locale: str = "en") -> str:
+    """The doctor's verdicts, one row each."""
+    icons = {"ok": "✅", "warning": "⚠️", "problem": "❌"}
+    rows = [f"| | {t('doctor.check', locale)} | {t('doctor.saw', locale)} | {t('word.fix', locale)} |", "|---|---|---|---|"]
+    for check in checks:
+        saw = check.saw.replace("|", "\\|").replace("\n", " ")
+        fix = check.fix.replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| {icons.get(check.verdict, '')} {t('verdict.' + check.verdict, locale)} | {check.name} | {saw} | {fix} |")
+    return "\n".join(rows)
 
 
 PROGRESS_CSS = """

@@ -1,0 +1,63 @@
+"""The Runs tab: every run on disk, open one's charts, overlay several, delete one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from backend.service import RocBoard
+from ui.train_tab import TrainTab
+from ui.widgets import Texts, plot
+
+
+def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> Any:
+    refresh_button = texts.value(gr.Button(texts("button.refresh"), elem_id="runs-refresh"), "button.refresh")
+    table = gr.Dataframe(headers=board.history_headers(), value=board.history_rows(), interactive=False, elem_id="runs-table", wrap=True)
+    chosen = texts.label(gr.Dropdown(choices=board.run_ids(), multiselect=True, label=texts("label.runs_chosen"), elem_id="runs-chosen"), "label.runs_chosen")
+    with gr.Row():
+        open_button = texts.value(gr.Button(texts("button.open_run"), elem_id="runs-open"), "button.open_run")
+        compare_button = texts.value(gr.Button(texts("button.compare"), elem_id="runs-compare"), "button.compare")
+        delete_button = texts.value(gr.Button(texts("button.delete"), variant="stop", elem_id="runs-delete"), "button.delete")
+        confirm_button = texts.value(gr.Button(texts("button.confirm_delete"), variant="stop", visible=False, elem_id="runs-confirm-delete"), "button.confirm_delete")
+    message = gr.Markdown("", elem_id="runs-message")
+    overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
+
+    def refresh():
+        return board.history_rows(), gr.update(choices=board.run_ids())
+
+    refresh_button.click(refresh, None, [table, chosen])
+
+    def on_open(run_ids: list[str] | None, locale: str):
+        if not run_ids:
+            return [gr.skip(), texts("runs.pick_one"), gr.skip(), *[gr.skip()] * len(train.run_outputs)]
+        run_id = run_ids[0]
+        outputs = train.render(run_id, None, locale)
+        state_active = board.is_active(run_id)
+        outputs[-1] = gr.Timer(active=state_active)
+        return [run_id, "", gr.Tabs(selected=train_tab_id), *outputs]
+
+    open_button.click(on_open, [chosen, locale_state], [train.watched_run, message, tabs, *train.run_outputs])
+
+    def on_compare(run_ids: list[str] | None):
+        if not run_ids:
+            return gr.skip(), texts("runs.pick_one")
+        return plot(board.overlay_figure(run_ids)), ""
+
+    compare_button.click(on_compare, chosen, [overlay, message])
+
+    def on_delete(run_ids: list[str] | None):
+        if not run_ids:
+            return gr.update(visible=False), texts("runs.pick_one")
+        return gr.update(visible=True), texts("runs.confirm_delete", runs=", ".join(run_ids))
+
+    delete_button.click(on_delete, chosen, [confirm_button, message])
+
+    def on_confirm(run_ids: list[str] | None):
+        problems = [board.delete_run(run_id) for run_id in run_ids or []]
+        text = "  \n".join(p for p in problems if p) or texts("runs.deleted")
+        rows, choices = refresh()
+        return gr.update(visible=False), text, rows, gr.update(choices=board.run_ids(), value=[])
+
+    confirm_button.click(on_confirm, chosen, [confirm_button, message, table, chosen])
+    return refresh
