@@ -1,0 +1,349 @@
+"""The runs view: one summary line per run, and the loss curves of several runs overlaid.
+
+Everything is read from the run directories, never from memory of the web process, so the
+view is the same after a restart. It is also cheap with many long runs: a summary reads
+only the end of each trainer_log.jsonl, and what it read is kept until the file's size or
+mtime changes (a finished run is read once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
+from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
+from backend.runs import OUTPUT_DIR, STATE_FILE, RunNotFound, RunState, RunStore
+
+HISTORY_HEADERS: tuple[str, ...] = ("Run", "Name", "Preset", "Model", "State", "Steps", "Last loss", "Duration", "Started")
+
+TAIL_BYTES = 16 * 1024  # ~50 trainer-log lines; doubled until a line with a loss turns up
+ATTEMPTS_DIR = "attempts"  # backend.resume archives each earlier attempt's state.json here
+
+# One colour per run in an overlay, distinct on white and for common colour blindness
+# (Okabe–Ito), the first being the single-run chart's red.
+OVERLAY_COLORS = ("rgb(237,28,36)", "rgb(0,114,178)", "rgb(0,158,115)", "rgb(230,159,0)", "rgb(204,121,167)", "rgb(86,180,233)", "rgb(213,94,0)", "rgb(0,0,0)")
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """What the end of a trainer log says."""
+
+    step: int | None  # the last step logged
+    total_steps: int | None
+    last_loss: float | None  # the loss of the last line that has one
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: str
+    name: str
+    preset: str
+    model: str
+    state: str
+    step: int | None
+    total_steps: int | None
+    last_loss: float | None
+    duration_s: float | None  # training time over all attempts; still growing while active
+    created: str  # ISO 8601, UTC
+    attempts: int
+    exit_code: int | None
+    stop_reason: str
+
+
+# --- reading the end of a log, cached -------------------------------------------------
+
+_cache_lock = threading.Lock()
+_tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
+_curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
+_attempt_cache: dict[Path, tuple[tuple[int, int], float]] = {}
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _parse_tail(data: bytes, whole: bool) -> LogTail | None:
+    """LogTail from the last bytes of a log; None when they hold no loss and more is left."""
+    lines = data.split(b"\n")
+    if not whole:
+        lines = lines[1:]  # the first line is probably cut by the window
+    step = total = None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        point = parse_metric(record) if isinstance(record, dict) else None
+        if point is None:
+            continue
+        if step is None:
+            step, total = point.step, point.total_steps
+        if point.loss is not None:
+            return LogTail(step, total, point.loss)
+    return LogTail(step, total, None) if whole else None
+
+
+def read_log_tail(path: Path) -> LogTail:
+    """The last step, total and last loss of a trainer log, reading only its end."""
+    key = _file_key(path)
+    if key is None:
+        return LogTail(None, None, None)
+    with _cache_lock:
+        cached = _tail_cache.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    window = TAIL_BYTES
+    tail: LogTail | None = None
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            while tail is None:
+                start = max(0, size - window)
+                handle.seek(start)
+                tail = _parse_tail(handle.read(size - start), whole=start == 0)
+                window *= 2
+    except OSError:
+        return LogTail(None, None, None)
+    with _cache_lock:
+        _tail_cache[path] = (key, tail)
+    return tail
+
+
+def read_curve(path: Path) -> list[MetricPoint]:
+    """The whole curve of a trainer log, as the live chart draws it (a resumed run's
+    repeated steps replace the superseded ones); cached by size and mtime."""
+    key = _file_key(path)
+    if key is None:
+        return []
+    with _cache_lock:
+        cached = _curve_cache.get(path)
+    if cached is not None and cached[0] == key:
+        return list(cached[1])
+    series = MetricSeries()
+    series.extend([p for p in map(parse_metric, JsonlTail(path).poll()) if p is not None])
+    with _cache_lock:
+        _curve_cache[path] = (key, tuple(series.points))
+    return list(series.points)
+
+
+def _attempt_seconds(state_file: Path) -> float:
+    """How long an archived attempt trained, from its state.json (immutable once archived)."""
+    key = _file_key(state_file)
+    if key is None:
+        return 0.0
+    with _cache_lock:
+        cached = _attempt_cache.get(state_file)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    seconds = 0.0
+    try:
+        data = json.loads(state_file.read_text(encoding="utf-8"))
+        started, ended = data.get("started_at"), data.get("ended_at")
+        if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
+            seconds = float(ended - started)
+    except (OSError, ValueError, AttributeError):
+        pass
+    with _cache_lock:
+        _attempt_cache[state_file] = (key, seconds)
+    return seconds
+
+
+def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
+    earlier = 0.0
+    attempts = run_dir / ATTEMPTS_DIR
+    if state.attempts > 1 and attempts.is_dir():
+        earlier = sum(_attempt_seconds(entry / STATE_FILE) for entry in attempts.iterdir() if not entry.name.startswith("."))
+    if state.started_at is None:
+        return earlier or None
+    end = now if state.active else state.ended_at
+    if end is None:
+        return earlier or None
+    return earlier + max(0.0, end - state.started_at)
+
+
+def _prune(root: Path, live_dirs: set[Path]) -> None:
+    """Forgets cached reads of this runs directory's runs that are no longer on disk."""
+    with _cache_lock:
+        for cache in (_tail_cache, _curve_cache, _attempt_cache):
+            gone = [p for p in cache if root in p.parents and not any(parent in live_dirs for parent in p.parents)]
+            for path in gone:
+                del cache[path]
+
+
+# --- the table --------------------------------------------------------------------------
+
+
+def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary]:
+    """One summary per run on disk, newest first, from each state file and log tail.
+
+    States are taken as written: the caller settles runs whose trainer ended unseen first
+    (RocBoard.runs() does)."""
+    now = time.time() if now is None else now
+    summaries = []
+    live: set[Path] = set()
+    for state in store.list():
+        try:
+            run_dir = store.run_dir(state.id)
+        except RunNotFound:
+            continue  # deleted between the listing and now
+        live.add(run_dir)
+        tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG)
+        summaries.append(
+            RunSummary(
+                id=state.id,
+                name=state.name,
+                preset=state.preset,
+                model=state.model,
+                state=state.state,
+                step=tail.step,
+                total_steps=tail.total_steps,
+                last_loss=tail.last_loss,
+                duration_s=_duration(run_dir, state, now),
+                created=state.created,
+                attempts=state.attempts,
+                exit_code=state.exit_code,
+                stop_reason=state.stop_reason,
+            )
+        )
+    _prune(store.root, live)
+    return summaries
+
+
+def short_model(model: str) -> str:
+    """A local path shortened to its last two parts; a hub id ("org/name") kept whole."""
+    if model.startswith(("/", ".", "~")) or "\\" in model:
+        parts = [part for part in Path(model).parts if part not in ("/", "\\")]
+        return "/".join(parts[-2:]) if len(parts) > 2 else model
+    return model
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def format_loss(loss: float | None) -> str:
+    if loss is None:
+        return ""
+    if not math.isfinite(loss):
+        return str(loss)  # nan, inf: said plainly, they are what the user must see
+    return f"{loss:.4f}"
+
+
+def format_started(created: str) -> str:
+    """The creation time in the server's local time, to the minute."""
+    try:
+        return datetime.fromisoformat(created).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return created
+
+
+def summaries_table(summaries: Sequence[RunSummary]) -> list[list[Any]]:
+    """Rows for a gr.Dataframe whose headers are HISTORY_HEADERS."""
+    rows = []
+    for s in summaries:
+        steps = "" if s.step is None else (f"{s.step} / {s.total_steps}" if s.total_steps else str(s.step))
+        state = s.state if s.attempts <= 1 else f"{s.state} (attempt {s.attempts})"
+        rows.append([s.id, s.name, s.preset, short_model(s.model), state, steps, format_loss(s.last_loss), format_duration(s.duration_s), format_started(s.created)])
+    return rows
+
+
+# --- the overlay chart ----------------------------------------------------------------
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MAX_DISPLAY_POINTS) -> dict:
+    """A plotly figure dict with one smoothed loss line per run, over steps."""
+    data = []
+    missing = []
+    names = [state.name for state in store.list()]
+    for index, run_id in enumerate(dict.fromkeys(run_ids)):  # each run once, in the order asked
+        try:
+            state = store.read(run_id)
+            run_dir = store.run_dir(run_id)
+        except RunNotFound:
+            missing.append(str(run_id))
+            continue
+        with_loss = [p for p in read_curve(run_dir / OUTPUT_DIR / TRAINER_LOG) if p.loss is not None]
+        steps = [p.step for p in with_loss]
+        smoothed = smooth([float(p.loss) for p in with_loss])  # type: ignore[arg-type]
+        keep = downsample_indices(len(steps), max_points, smoothed)
+        # Two runs with one name (every demo is "demo") are told apart by their ids.
+        label = state.name if names.count(state.name) <= 1 else f"{state.name} ({run_id})"
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": label,
+                "x": [steps[i] for i in keep],
+                "y": [_json_number(smoothed[i]) for i in keep],
+                "line": {"color": OVERLAY_COLORS[index % len(OVERLAY_COLORS)], "width": 2},
+                "hovertemplate": f"{label}<br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>",
+            }
+        )
+    title = "Training loss (smoothed)"
+    if missing:
+        title += f" — not found: {', '.join(missing)}"
+    layout: dict[str, Any] = {
+        **LIGHT_LAYOUT,
+        "title": {"text": title},
+        "xaxis": {"title": {"text": "step"}},
+        "yaxis": {"title": {"text": "loss"}},
+        "showlegend": True,
+    }
+    if not any(trace["x"] for trace in data):
+        layout["annotations"] = [{"text": "No loss points to compare yet.", "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+    return {"data": data, "layout": layout}
+
+
+def delete_run(store: RunStore, run_id: str, confirm: str) -> str | None:
+    """Deletes a run that is not training when `confirm` repeats its id; returns why not,
+    or None when it was deleted. (The caller settles a stale "running" state first.)"""
+    try:
+        state = store.read(run_id)
+    except RunNotFound as error:
+        return str(error)
+    if confirm != run_id:
+        return f"To delete run {run_id}, confirm with its id."
+    if state.active:
+        return f"Run {run_id} is {state.state}: stop it before deleting it."
+    store.delete(run_id)
+    return None
+
+
+__all__ = [
+    "HISTORY_HEADERS",
+    "LogTail",
+    "RunSummary",
+    "delete_run",
+    "format_duration",
+    "overlay_figure",
+    "read_curve",
+    "read_log_tail",
+    "short_model",
+    "summaries_table",
+    "summarize_runs",
+]

@@ -1,0 +1,206 @@
+"""The runs view: summaries from each run's files, the table rows, the overlay chart,
+deleting a run. Run directories are built by hand as LLaMA-Factory lays them out."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from backend import history
+from backend.history import (
+    HISTORY_HEADERS,
+    delete_run,
+    format_duration,
+    overlay_figure,
+    read_log_tail,
+    short_model,
+    summaries_table,
+    summarize_runs,
+)
+from backend.logs import TRAINER_LOG
+from backend.runs import OUTPUT_DIR, RunStore
+
+
+def log_text(steps, total, loss=lambda s: 5.0 - s / 100, final=True) -> str:
+    lines = [json.dumps({"current_steps": s, "total_steps": total, "loss": loss(s), "lr": 1e-4, "epoch": s / 10, "percentage": s / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:01"}) for s in steps]
+    if final:  # LLaMA-Factory's last line: the last step again, without a loss
+        lines.append(json.dumps({"current_steps": steps[-1], "total_steps": total, "epoch": 1.0, "percentage": 100, "elapsed_time": "0:00:09", "remaining_time": "0:00:00"}))
+    return "\n".join(lines) + "\n"
+
+
+def add_run(store: RunStore, name: str, state: str, log: str | None, **changes) -> str:
+    run = store.create(name, "cpu-demo", "/work/main/demo/model", {"config.yaml": "{}\n"})
+    if log is not None:
+        output = store.run_dir(run.id) / OUTPUT_DIR
+        output.mkdir()
+        (output / TRAINER_LOG).write_text(log)
+    store.update(run.id, state=state, **changes)
+    return run.id
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(tmp_path / "runs")
+
+
+def test_summaries_read_state_and_log_tail(store):
+    done = add_run(store, "done", "finished", log_text(list(range(1, 31)), 30), started_at=100.0, ended_at=165.0, exit_code=0)
+    fresh = add_run(store, "fresh", "running", None, started_at=1000.0)
+    summaries = {s.id: s for s in summarize_runs(store, now=1012.0)}
+
+    s = summaries[done]
+    assert (s.name, s.preset, s.state, s.step, s.total_steps, s.exit_code) == ("done", "cpu-demo", "finished", 30, 30, 0)
+    assert s.last_loss == pytest.approx(5.0 - 30 / 100)  # the last line with a loss, not the summary line
+    assert s.duration_s == pytest.approx(65.0)
+    f = summaries[fresh]
+    assert (f.step, f.total_steps, f.last_loss) == (None, None, None)
+    assert f.duration_s == pytest.approx(12.0)  # still training: up to now
+    assert [s.id for s in summarize_runs(store)] == [fresh, done]  # newest first
+
+
+def test_tail_reads_only_the_end_and_grows_its_window_when_needed(tmp_path, monkeypatch):
+    path = tmp_path / TRAINER_LOG
+    # 20 000 steps: ~4 MB. Only the end should be read.
+    path.write_text(log_text(list(range(1, 20001)), 20000))
+    reads = []
+    real_open = open
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if Path(file) == path:
+            original_read = handle.read
+
+            def read(n=-1):
+                data = original_read(n)
+                reads.append(len(data))
+                return data
+
+            handle.read = read
+        return handle
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    tail = read_log_tail(path)
+    assert (tail.step, tail.total_steps) == (20000, 20000)
+    assert tail.last_loss == pytest.approx(5.0 - 20000 / 100)
+    assert sum(reads) <= history.TAIL_BYTES
+    assert os.path.getsize(path) > 100 * history.TAIL_BYTES
+
+    # Cached: the same size and mtime are not read again.
+    reads.clear()
+    assert read_log_tail(path) == tail
+    assert reads == []
+
+    # A tail of lines without loss (e.g. eval lines) makes the window grow until one is found.
+    with real_open(path, "a") as handle:
+        for step in range(20001, 20400):
+            handle.write(json.dumps({"current_steps": step, "total_steps": 20400}) + "\n")
+    tail = read_log_tail(path)
+    assert (tail.step, tail.last_loss) == (20399, pytest.approx(5.0 - 20000 / 100))
+    assert sum(reads) > history.TAIL_BYTES
+
+
+def test_tail_of_a_cut_or_garbage_log(tmp_path):
+    path = tmp_path / TRAINER_LOG
+    path.write_text(log_text([1, 2, 3], 10, final=False) + "not json\n" + '{"current_steps": 4, "tot')
+    tail = read_log_tail(path)
+    assert (tail.step, tail.total_steps, tail.last_loss) == (3, 10, pytest.approx(4.97))
+    assert read_log_tail(tmp_path / "missing.jsonl") == history.LogTail(None, None, None)
+
+
+def test_cached_summary_follows_a_growing_log(store):
+    run_id = add_run(store, "grows", "running", log_text([1, 2], 10, final=False), started_at=0.0)
+    assert summarize_runs(store, now=1.0)[0].step == 2
+    path = store.run_dir(run_id) / OUTPUT_DIR / TRAINER_LOG
+    with open(path, "a") as handle:
+        handle.write(log_text([3], 10, loss=lambda s: float("nan"), final=False))
+    summary = summarize_runs(store, now=1.0)[0]
+    assert summary.step == 3 and summary.last_loss != summary.last_loss  # NaN, shown as such
+    assert summaries_table([summary])[0][HISTORY_HEADERS.index("Last loss")] == "nan"
+
+
+def test_duration_adds_up_the_attempts_of_a_resumed_run(store):
+    run_id = add_run(store, "resumed", "finished", log_text([1, 2], 2), started_at=500.0, ended_at=530.0, attempts=3)
+    attempts = store.run_dir(run_id) / "attempts"
+    for name, (start, end) in {"1": (100.0, 160.0), "2": (200.0, 210.0)}.items():
+        (attempts / name).mkdir(parents=True)
+        (attempts / name / "state.json").write_text(json.dumps({"started_at": start, "ended_at": end}))
+    summary = summarize_runs(store, now=9999.0)[0]
+    assert summary.duration_s == pytest.approx(60 + 10 + 30)
+    assert summaries_table([summary])[0][HISTORY_HEADERS.index("State")] == "finished (attempt 3)"
+
+
+def test_table_rows_match_the_headers(store):
+    add_run(store, "done", "finished", log_text(list(range(1, 31)), 30), started_at=100.0, ended_at=165.0)
+    rows = summaries_table(summarize_runs(store))
+    assert len(rows) == 1 and len(rows[0]) == len(HISTORY_HEADERS)
+    row = dict(zip(HISTORY_HEADERS, rows[0]))
+    assert row["Name"] == "done" and row["Model"] == "demo/model" and row["State"] == "finished"
+    assert row["Steps"] == "30 / 30" and row["Last loss"] == "4.7000" and row["Duration"] == "1m 05s"
+    assert len(row["Started"]) == len("2026-01-01 00:00")
+    assert all(isinstance(cell, (str, int, float)) for cell in rows[0])
+
+
+@pytest.mark.parametrize("seconds, text", [(None, ""), (0, "0s"), (59.4, "59s"), (61, "1m 01s"), (3600 + 120, "1h 02m")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    "model, short",
+    [("/work/main/demo/model", "demo/model"), ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"), ("./m", "./m"), ("/m", "/m")],
+)
+def test_short_model(model, short):
+    assert short_model(model) == short
+
+
+def test_overlay_has_one_smoothed_line_per_run(store):
+    a = add_run(store, "demo", "finished", log_text(list(range(1, 31)), 30))
+    b = add_run(store, "demo", "stopped", log_text(list(range(1, 11)), 30, loss=lambda s: 9.0 - s / 10, final=False))
+    c = add_run(store, "other", "failed", None)
+    figure = overlay_figure(store, [a, b, c, a, "gone-run"])
+    lines = figure["data"]
+    assert len(lines) == 3  # each asked-for run once; a missing one is said in the title
+    assert [line["name"] for line in lines] == [f"demo ({a})", f"demo ({b})", "other"]
+    assert lines[0]["x"][:3] == [1, 2, 3] and lines[1]["x"] == list(range(1, 11)) and lines[2]["x"] == []
+    # Smoothed: the first value is the first loss, later ones lag a falling loss.
+    assert lines[1]["y"][0] == pytest.approx(8.9)
+    assert lines[1]["y"][-1] > 9.0 - 10 / 10
+    assert len({line["line"]["color"] for line in lines}) == 3
+    assert "gone-run" in figure["layout"]["title"]["text"]
+    json.dumps(figure)  # plain JSON for the browser
+
+
+def test_overlay_downsamples_long_runs_and_keeps_the_last_step(store):
+    run_id = add_run(store, "long", "finished", log_text(list(range(1, 5001)), 5000, final=False))
+    line = overlay_figure(store, [run_id], max_points=300)["data"][0]
+    assert len(line["x"]) <= 300 and line["x"][-1] == 5000 and line["x"][0] == 1
+
+
+def test_overlay_of_nothing_says_so(store):
+    figure = overlay_figure(store, [])
+    assert figure["data"] == [] and "No loss points" in figure["layout"]["annotations"][0]["text"]
+
+
+def test_overlay_of_a_resumed_run_draws_each_step_once(store):
+    resumed = log_text(list(range(1, 14)), 30) + log_text(list(range(11, 31)), 30, loss=lambda s: 1.0)
+    run_id = add_run(store, "resumed", "finished", resumed)
+    line = overlay_figure(store, [run_id])["data"][0]
+    assert line["x"] == sorted(set(line["x"])) and line["x"][:29] == list(range(1, 30))
+    # From step 11 on the curve is the resumed attempt's (loss 1.0), pulled down by it.
+    assert line["y"][28] < line["y"][9] and line["y"][28] < 2.0
+
+
+def test_delete_run_needs_the_id_and_refuses_an_active_run(store):
+    done = add_run(store, "done", "finished", None)
+    busy = add_run(store, "busy", "running", None)
+    assert "confirm" in delete_run(store, done, confirm="yes")
+    assert store.run_dir(done).is_dir()
+    assert "stop it" in delete_run(store, busy, confirm=busy)
+    assert store.run_dir(busy).is_dir()
+    assert delete_run(store, done, confirm=done) is None
+    assert [s.id for s in store.list()] == [busy]
+    assert "no run" in delete_run(store, done, confirm=done)
+    assert [s.id for s in summarize_runs(store)] == [busy]
