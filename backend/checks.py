@@ -250,7 +250,7 @@ def rule_template(ctx: _Context) -> list[Finding]:
             "Pick the template of the model family (llama3, qwen, mistral, gemma...); for a base model, `default` works.",
             "template-unknown",
             # A near-certain spelling fix is mechanical; a choice between several is not.
-            **{"template": best for best in difflib.get_close_matches(template, sorted(names), n=1, cutoff=0.85)},
+            **({"template": sure[0]} if (sure := difflib.get_close_matches(template, sorted(names), n=1, cutoff=0.85)) else {}),
         )
     ]
 

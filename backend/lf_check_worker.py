@@ -65,7 +65,7 @@ def _known_keys(parser) -> set[str]:
 
 
 def _names(parser) -> dict[str, Any]:
-    import importlib.metadata as metadata
+    from importlib import metadata
 
     from llamafactory.data.template import TEMPLATES
 

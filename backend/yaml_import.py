@@ -115,7 +115,7 @@ _FLOAT = re.compile(
     |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
     |\.(?:nan|NaN|NAN))$""",
-    re.X,
+    re.VERBOSE,
 )
 # Copy the resolver table (lists too) so SafeLoader itself is left untouched.
 _LlamaFactoryLoader.yaml_implicit_resolvers = {
@@ -458,12 +458,12 @@ _KEYS_WITH_RULES = frozenset({"disable_flash_attn", "compute_type", "compute_dev
 def rule_unknown_keys(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
     known = static_names().keys
     findings = []
-    for key in args:
+    for key, value in args.items():
         if key in known or key in _KEYS_WITH_RULES:
             continue
         guess = did_you_mean(key, known)
         if guess and guess not in args:
-            fix, patch = f"Did you mean `{guess}`? Rename it.", {key: None, guess: args[key]}
+            fix, patch = f"Did you mean `{guess}`? Rename it.", {key: None, guess: value}
         elif guess:
             fix, patch = f"Remove it (did you mean `{guess}`? That is already set).", {key: None}
         else:
@@ -593,8 +593,8 @@ def dump_yaml(args: dict[str, Any]) -> str:
 
 __all__ = [
     "FORM_TO_YAML",
-    "ImportResult",
     "YAML_RULES",
+    "ImportResult",
     "apply_fixes",
     "dump_yaml",
     "form_values_from_args",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -262,3 +263,21 @@ def test_output_dir_not_writable(tmp_path: Path) -> None:
         assert [(f.key, f.rule) for f in findings] == [("runs_dir", "runs-dir-not-writable")]
     finally:
         locked.chmod(0o700)
+
+
+def test_the_checking_modules_import_nothing_heavy() -> None:
+    """The web process imports these; torch, transformers or llamafactory would cost ~1 GB."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import backend.checks, backend.yaml_import, backend.estimate, backend.export, backend.check_cli, backend.lf_check\n"
+        "from backend.checks import known_templates\n"
+        "assert 'llama3' in known_templates()\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'llamafactory', 'gradio', 'bitsandbytes') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from backend.config import FORM_DEFAULTS, parse_form
-from backend.estimate import GIB, KNOWN_MODELS, estimate_memory, known_model_config, read_model_config, shape_from_config
+from backend.estimate import (
+    GIB,
+    KNOWN_MODELS,
+    estimate_memory,
+    known_model_config,
+    read_model_config,
+    shape_from_config,
+)
 from backend.presets import load_presets
 
 PRESETS, _ = load_presets()

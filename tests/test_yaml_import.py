@@ -19,9 +19,20 @@ import yaml
 from backend.config import FORM_DEFAULTS, parse_form, to_form
 from backend.export import export_shell, export_yaml
 from backend.findings import Finding, has_problems
-from backend.lf_check import NAMES_FILE, WORKER, check_many_with_llamafactory, findings_from_result
+from backend.lf_check import (
+    NAMES_FILE,
+    WORKER,
+    check_many_with_llamafactory,
+    findings_from_result,
+)
 from backend.presets import load_presets
-from backend.yaml_import import apply_fixes, dump_yaml, form_values_from_args, import_yaml, load_yaml_text
+from backend.yaml_import import (
+    apply_fixes,
+    dump_yaml,
+    form_values_from_args,
+    import_yaml,
+    load_yaml_text,
+)
 from tests.test_checks import make_dataset_dir, make_model_dir
 
 PRESETS, _ = load_presets()
@@ -310,7 +321,7 @@ def test_llamafactorys_answer_in_plain_words(lf: dict[str, Any]) -> None:
 
 
 def test_the_wrapper_reports_a_helper_that_cannot_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import backend.lf_check as lf_check
+    from backend import lf_check
 
     broken = tmp_path / "worker.py"
     broken.write_text("import sys; sys.exit(3)\n")
