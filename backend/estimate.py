@@ -264,10 +264,12 @@ class _Knobs:
     gradient_checkpointing: bool
     lora_rank: int
     devices: int = 1
+    on_cpu: bool = False  # no accelerator runtime to count
 
 
-def _knobs(config: RunConfig) -> _Knobs:
+def _knobs(config: RunConfig, preset: HardwarePreset | None) -> _Knobs:
     return _Knobs(
+        on_cpu=config.hardware.use_cpu or (preset is not None and preset.use_cpu),
         finetuning_type=config.method.finetuning_type,
         quantization_bit=config.method.quantization_bit,
         precision=config.precision.precision,
@@ -307,7 +309,7 @@ def _bytes(shape: ModelShape, knobs: _Knobs, num_params: int) -> tuple[int, int,
         trainable //= knobs.devices
     activations = _activation_bytes(shape, knobs, half)
     dynamic = weights + trainable + activations
-    overhead = RUNTIME_BYTES + int(FRAGMENTATION_SHARE * dynamic)
+    overhead = (0 if knobs.on_cpu else RUNTIME_BYTES) + int(FRAGMENTATION_SHARE * dynamic)
     return int(weights), int(trainable), int(activations), overhead, trainable_params
 
 
@@ -350,7 +352,7 @@ def estimate_memory(
     overrides the parameter count the shape gives."""
     shape, assumptions = _find_shape(config, model_config, num_params)
     vram_bytes = int(preset.vram_gb * GIB) if preset is not None and preset.vram_gb > 0 else None
-    knobs = _knobs(config)
+    knobs = _knobs(config, preset)
     if shape is None:
         return MemoryEstimate(0, 0, 0, 0, num_params, 0, vram_bytes, "unknown", "", model_name="", assumptions=assumptions)
     params = num_params or shape.num_params

@@ -235,3 +235,10 @@ def test_the_demo_model_is_tiny() -> None:
     estimate = estimate_memory(config_for(precision="fp32", cutoff_len=128, batch_size=4, flash_attn="disabled", gradient_checkpointing=False), PRESETS["cpu-demo"], model_config=demo)
     assert estimate.num_params < 200_000
     assert estimate.weights_bytes + estimate.trainable_bytes + estimate.activations_bytes < 64 * 1024**2
+
+
+def test_a_cpu_run_counts_no_accelerator_runtime() -> None:
+    demo = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+    on_cpu = estimate_memory(config_for(precision="fp32"), PRESETS["cpu-demo"], model_config=demo)
+    on_gpu = estimate_memory(config_for(precision="fp32"), PRESETS["rx7900xtx"], model_config=demo)
+    assert on_gpu.overhead_bytes - on_cpu.overhead_bytes == GIB
