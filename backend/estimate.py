@@ -33,7 +33,7 @@ GIB = 1024**3  # GPU memory is sold in binary units: a "24 GB" card holds 24 GiB
 Verdict = Literal["fits", "tight", "will not fit", "unknown"]
 
 # Below this share of the device the run fits; up to the whole device it is "tight" (the
-# estimate is good to about ±15%, docs/estimate.md); above it, it will not fit.
+# estimate is good to about ±20%, docs/estimate.md); above it, it will not fit.
 FITS_SHARE = 0.85
 # The runtime itself: HIP/CUDA context, loaded kernels, BLAS workspaces (measured figures are
 # 0.5-1.5 GiB on MI300X and consumer cards alike).
