@@ -68,6 +68,11 @@ def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str,
     env = dict(os.environ if base is None else base)
     env.update(preset_env)
     env.update(OFFLINE_ENV)
+    # LLaMA-Factory starts a bare `torchrun` for multi-GPU runs: the one beside this Python
+    # must be found even when the venv was never activated.
+    here = str(Path(sys.executable).parent)
+    if env.get("PATH", "").split(os.pathsep)[0] != here:
+        env["PATH"] = os.pathsep.join([here, env.get("PATH", "")]) if env.get("PATH") else here
     env["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
     return env
 

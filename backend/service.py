@@ -14,19 +14,23 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from backend import artifacts
 from backend.charts import MemorySeries
-from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_yaml
+from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args, to_yaml
 from backend.findings import Finding, has_problems
 from backend.launcher import Launcher, display_command
 from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
 from backend.presets import DEFAULT_PRESET_ID, PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
 from backend.telemetry.base import Reading
+
+# LLaMA-Factory's answers by exact arguments, shared by every board of the process.
+_LF_CACHE: dict[str, list[Finding]] = {}
+_LF_LOCK = threading.Lock()
 
 # How often one run's files are re-read at most, however many tabs ask.
 POLL_INTERVAL_S = 0.5
@@ -190,6 +194,7 @@ class RocBoard:
         self._start_lock = threading.Lock()
         self._watched: str | None = None
         self._doctor_checks: list[Any] | None = None
+
         self._doctor_error = ""
 
     # --- presets and form ------------------------------------------------------------
@@ -214,19 +219,85 @@ class RocBoard:
         config, form_findings = parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
         findings += form_findings
         findings += self._check(config, preset)
+        findings += self.plan_of(form, preset)[1]
         return config, findings, preset
+
+    @staticmethod
+    def plan_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[Any, list[Finding]]:
+        """The multi-GPU / multi-node plan the form asks for: None for one process."""
+        from backend.distributed import parse_plan_form
+
+        plan, findings = parse_plan_form(form, on_cpu=bool(preset and preset.use_cpu))
+        if plan.nproc <= 1 and plan.nnodes <= 1:
+            return None, []
+        return plan, findings
+
+    @staticmethod
+    def run_args(config: RunConfig, plan: Any, output_dir: Path | str) -> dict[str, Any]:
+        """The YAML's arguments: the config's, plus the launch plan's (ddp_timeout, deepspeed)."""
+        from backend.distributed import extra_args
+
+        args = to_llamafactory_args(config, output_dir)
+        if plan is not None:
+            args.update(extra_args(plan))
+        return args
 
     def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
         from backend.checks import check_config, check_output_dir
 
         return check_config(config, preset) + check_output_dir(self.store.root)
 
+    def llamafactory_findings(self, config: RunConfig, plan: Any = None) -> list[Finding]:
+        """LLaMA-Factory's own parser on the config: the last word on which keys and values
+        exist. It runs in a helper process (7-10 s: it imports torch), so answers are cached
+        by the exact arguments; the demo's are asked for at start-up (see prewarm)."""
+        from backend.lf_check import check_with_llamafactory
+
+        args = self.run_args(config, plan, "output")
+        key = json.dumps(args, sort_keys=True, default=str)
+        with _LF_LOCK:
+            cached = _LF_CACHE.get(key)
+        if cached is None:
+            cached = check_with_llamafactory(args)
+            with _LF_LOCK:
+                if len(_LF_CACHE) > 256:
+                    _LF_CACHE.clear()
+                _LF_CACHE[key] = cached
+        return list(cached)
+
+    def prewarm(self, form: Mapping[str, Any] | None = None) -> None:
+        """Asks LLaMA-Factory's parser about the opening form in the background, so the
+        first Start with the defaults does not wait for it."""
+
+        def ask() -> None:
+            try:
+                config, findings, _ = self.parse(form or demo_form())
+                if not has_problems(findings):
+                    self.llamafactory_findings(config)
+            except Exception:  # only a warm-up: Start asks again and reports properly
+                pass
+
+        threading.Thread(target=ask, daemon=True, name="lf-prewarm").start()
+
     def preview(self, form: Mapping[str, Any]) -> Preview:
+        import yaml
+
         config, findings, preset = self.parse(form)
+        plan, _ = self.plan_of(form, preset)
+        if not has_problems(findings):
+            findings = findings + self.llamafactory_findings(config, plan)
         output_dir = self.store.root / "<run-id>" / OUTPUT_DIR
+        command = self.shell_lines(config, preset)
+        if plan is not None:
+            from backend.distributed import describe, node_commands
+
+            lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)
+            command = f"# {describe(plan)}\n" + "\n".join(
+                f"# node {rank}\n{line}" for rank, line in enumerate(lines)
+            )
         return Preview(
-            yaml_text=to_yaml(config, output_dir),
-            command=self.shell_lines(config, preset),
+            yaml_text=yaml.safe_dump(self.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
+            command=command,
             findings=findings,
             config=config,
         )
@@ -288,6 +359,10 @@ class RocBoard:
         config, findings, preset = self.parse(form)
         if has_problems(findings):
             return StartResult(None, findings)
+        plan, _ = self.plan_of(form, preset)
+        findings = findings + self.llamafactory_findings(config, plan)
+        if has_problems(findings):
+            return StartResult(None, findings)
         with self._start_lock:  # a double-click launches exactly one run
             active = self.active_run()
             if active is not None:
@@ -303,23 +378,34 @@ class RocBoard:
                         )
                     ],
                 )
-            return StartResult(self._launch(config, preset), findings)
+            return StartResult(self._launch(config, preset, plan), findings)
 
-    def _launch(self, config: RunConfig, preset: HardwarePreset | None) -> RunState:
+    def _launch(self, config: RunConfig, preset: HardwarePreset | None, plan: Any = None) -> RunState:
+        import yaml
+
+        from backend.distributed import deepspeed_files, free_port, launch_env, plan_to_form
+
+        if plan is not None and plan.nnodes == 1:
+            plan = replace(plan, master_port=free_port())
         run_id = self.store.new_run_id(config.run_name)
         output_dir = self.store.root / run_id / OUTPUT_DIR
+        form = {**to_form(config), **(plan_to_form(plan) if plan is not None else {})}
         state = self.store.create(
             name=config.run_name,
             preset=config.hardware.preset,
             model=config.model.model_name_or_path,
             files={
-                CONFIG_FILE: to_yaml(config, output_dir),
-                FORM_FILE: json.dumps(to_form(config), indent=2),
+                CONFIG_FILE: yaml.safe_dump(self.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
+                FORM_FILE: json.dumps(form, indent=2),
                 LOG_FILE: "",
+                **(deepspeed_files(plan) if plan is not None else {}),
             },
             run_id=run_id,
         )
-        state = self.launcher.start(state.id, dict(config.hardware.env))
+        env = dict(config.hardware.env)
+        if plan is not None:
+            env.update(launch_env(plan))
+        state = self.launcher.start(state.id, env)
         self._watch(state)
         return state
 
@@ -424,7 +510,13 @@ class RocBoard:
             prepare_resume(self.store, run_id)
             form = self.store.read_form(run_id)
             preset = self.preset(str(form.get("preset", "")))
-            state = self.launcher.start(run_id, dict(preset.env) if preset else {})
+            env = dict(preset.env) if preset else {}
+            plan, _ = self.plan_of(form, preset)
+            if plan is not None:
+                from backend.distributed import launch_env
+
+                env.update(launch_env(plan))
+            state = self.launcher.start(run_id, env)
             self._monitors.pop(run_id, None)  # re-read the whole curve, resumed steps included
             self._watch(state)
             return StartResult(state, [])

@@ -10,6 +10,7 @@ import gradio as gr
 
 from backend import view
 from backend.config import FORM_FIELDS
+from ui.train_tab import ALL_FIELDS
 from backend.service import RocBoard
 from ui.widgets import Texts
 
@@ -66,7 +67,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fiel
     load_button.click(on_load, [import_text, form_fields["preset"], locale_state], [*form_inputs, import_findings])
 
     def on_export(*values):
-        path, shell = board.export(dict(zip(FORM_FIELDS, values)))
+        path, shell = board.export(dict(zip(ALL_FIELDS, values)))
         return str(path), shell
 
-    export_button.click(on_export, form_inputs, [export_file, export_shell])
+    export_button.click(on_export, [form_fields[name] for name in ALL_FIELDS], [export_file, export_shell])

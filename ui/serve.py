@@ -42,6 +42,7 @@ def serve_main(argv: list[str]) -> int:
     board = RocBoard(Path(args.runs_dir), sampler=sampler)
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
+    board.prewarm()
     board.start_doctor()
     active = board.reattach()
     if active is not None:

@@ -10,14 +10,17 @@ import gradio as gr
 from backend import view
 from backend.charts import loss_figure, memory_figure
 from backend.config import FINETUNING_TYPES, FLASH_ATTN_CHOICES, FORM_FIELDS, PRECISIONS
+from backend.distributed import PLAN_FORM_DEFAULTS, STRATEGY_LABELS
 from backend.runs import RunNotFound
 from backend.service import RocBoard, demo_form
 from ui.widgets import Texts, plot
 
 TICK_S = 1.0
+DIST_FIELDS = tuple(PLAN_FORM_DEFAULTS)
+ALL_FIELDS = FORM_FIELDS + DIST_FIELDS
 
 # Element ids that tests and automation rely on (kebab-case of the form field names).
-FIELD_IDS = {name: name.replace("_", "-") for name in FORM_FIELDS}
+FIELD_IDS = {name: name.replace("_", "-") for name in ALL_FIELDS}
 FIELD_IDS.update(model_path="model-path", num_train_epochs="epochs")
 
 
@@ -32,7 +35,7 @@ class TrainTab:
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
-    defaults = demo_form()
+    defaults = {**demo_form(), **PLAN_FORM_DEFAULTS}
     fields: dict[str, Any] = {}
 
     def field(name: str, widget_class: type, **kwargs: Any) -> Any:
@@ -76,6 +79,20 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                     field("logging_steps", gr.Number, precision=0, label=texts("label.logging_steps"))
                     field("save_steps", gr.Number, precision=0, label=texts("label.save_steps"))
                     field("run_name", gr.Textbox, label=texts("label.run_name"))
+            with texts.label(gr.Accordion(texts("accordion.multi_gpu"), open=False), "accordion.multi_gpu"):
+                with gr.Row():
+                    field("dist_nproc", gr.Number, precision=0, label=texts("label.dist_nproc"))
+                    field("dist_gpus", gr.Textbox, label=texts("label.dist_gpus"))
+                    field("dist_strategy", gr.Dropdown, choices=[(text, key) for key, text in STRATEGY_LABELS.items()], label=texts("label.dist_strategy"))
+                with gr.Row():
+                    field("dist_offload", gr.Checkbox, label=texts("label.dist_offload"))
+                    field("dist_ddp_timeout_s", gr.Number, precision=0, label=texts("label.dist_ddp_timeout_s"))
+                field("dist_rccl_env", gr.Textbox, lines=3, label=texts("label.dist_rccl_env"))
+                with gr.Row():
+                    field("dist_nnodes", gr.Number, precision=0, label=texts("label.dist_nnodes"))
+                    field("dist_node_rank", gr.Number, precision=0, label=texts("label.dist_node_rank"))
+                    field("dist_master_addr", gr.Textbox, label=texts("label.dist_master_addr"))
+                    field("dist_master_port", gr.Number, precision=0, label=texts("label.dist_master_port"))
             estimate_box = gr.Markdown("", elem_id="estimate")
             findings_box = gr.Markdown("", elem_id="findings")
             doctor_box = gr.Markdown(board.doctor_blockers_markdown(defaults["preset"]), elem_id="doctor-blockers")
@@ -104,19 +121,19 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 log_tail = gr.Code(label="train.log", elem_id="log-tail")
     timer = gr.Timer(TICK_S, active=False)
 
-    form_inputs = [fields[name] for name in FORM_FIELDS]
+    form_inputs = [fields[name] for name in ALL_FIELDS]
     run_outputs = [status, alert, progress, loss_chart, memory_chart, gpu_table, download, log_tail, shown_version, timer]
 
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
-        return dict(zip(FORM_FIELDS, values))
+        return dict(zip(ALL_FIELDS, values))
 
     def field_updates(findings) -> list[Any]:
-        messages = view.field_messages(findings, FORM_FIELDS)
-        return [gr.update(info=messages[name] or None) for name in FORM_FIELDS]
+        messages = view.field_messages(findings, ALL_FIELDS)
+        return [gr.update(info=messages[name] or None) for name in ALL_FIELDS]
 
     def on_preset(preset_id: str):
         values = board.form_for_preset(preset_id)
-        updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in FORM_FIELDS]
+        updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
         return [*updates, board.preset_notes(preset_id), board.doctor_blockers_markdown(preset_id)]
 
     fields["preset"].change(on_preset, fields["preset"], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")

@@ -1,0 +1,78 @@
+"""The backend facade refuses bad input before anything exists on disk."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from backend.service import RocBoard, demo_form
+from backend.view import field_messages, findings_markdown
+from backend.config import FORM_FIELDS
+
+BAD_FORMS = [
+    ("learning-rate-text", {"learning_rate": "abc"}, "learning_rate"),
+    ("learning-rate-negative", {"learning_rate": "-1e-4"}, "learning_rate"),
+    ("learning-rate-zero", {"learning_rate": "0"}, "learning_rate"),
+    ("batch-zero", {"batch_size": 0}, "batch_size"),
+    ("batch-fraction", {"batch_size": 2.5}, "batch_size"),
+    ("steps-negative", {"max_steps": -5}, "max_steps"),
+    ("cutoff-huge", {"cutoff_len": 10_000_000}, "cutoff_len"),
+    ("model-missing", {"model_path": "/no/such/model"}, "model_path"),
+    ("hub-id-offline", {"model_path": "meta-llama/Llama-3-8B"}, "model_path"),
+    ("dataset-undefined", {"dataset": "nope"}, "dataset"),
+    ("template-unknown", {"template": "llama-99"}, "template"),
+    ("run-name-slash", {"run_name": "../escape"}, "run_name"),
+    ("bf16-on-cpu-demo", {"precision": "bf16"}, "precision"),
+    ("preset-unknown", {"preset": "gtx-1080"}, "preset"),
+    ("qlora-on-cpu", {"quantization_bit": "4"}, "quantization_bit"),
+]
+
+
+@pytest.fixture
+def board(tmp_path, demo_assets):
+    return RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+
+
+@pytest.mark.parametrize(("change", "field"), [c[1:] for c in BAD_FORMS], ids=[c[0] for c in BAD_FORMS])
+def test_bad_form_starts_nothing_and_names_the_field(board, change, field):
+    result = board.start({**demo_form(), **change})
+    assert not result.started
+    problems = [f for f in result.findings if f.severity == "problem"]
+    assert problems and all(f.fix for f in problems)
+    messages = field_messages(result.findings, FORM_FIELDS)
+    assert messages.get(field), f"no message next to {field}: {[(f.key, f.rule) for f in result.findings]}"
+    assert list(board.store.root.iterdir()) == []  # no run directory, no staging leftovers
+
+
+def test_messages_exist_in_chinese_too(board):
+    result = board.start({**demo_form(), "learning_rate": "-1"})
+    english = findings_markdown(result.findings, "en")
+    chinese = findings_markdown(result.findings, "zh-CN")
+    assert english and chinese and english != chinese
+
+
+def test_two_simultaneous_starts_launch_exactly_one_run(board):
+    form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "double"}
+    board.llamafactory_findings(board.parse(form)[0])  # the parser's answer, cached first
+    results = []
+    barrier = threading.Barrier(2)
+
+    def click():
+        barrier.wait()
+        results.append(board.start(form))
+
+    threads = [threading.Thread(target=click) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert sorted(r.started for r in results) == [False, True]
+        assert len(board.store.list()) == 1
+        refused = next(r for r in results if not r.started)
+        assert any(f.rule == "run-active" for f in refused.findings)
+    finally:
+        for run in board.store.list():
+            board.stop(run.id)
+    assert board.store.list()[0].state == "stopped"
