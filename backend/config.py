@@ -185,8 +185,6 @@ FORM_DEFAULTS: dict[str, Any] = {
 }
 FORM_FIELDS: tuple[str, ...] = tuple(FORM_DEFAULTS)
 
-RUN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
 
 class _FormReader:
     """Reads raw form values into typed values, collecting a finding per bad field."""

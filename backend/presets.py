@@ -6,6 +6,7 @@ reported by name and skipped; it never stops the app.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ class PresetLoadError:
     problem: str
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
 _REQUIRED = (
     "display_name",
     "gfx_target",
@@ -84,6 +87,9 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
     env = data.get("env") or {}
     if not isinstance(env, dict):
         raise ValueError("env must be a mapping of variable names to values")
+    bad_names = [str(name) for name in env if not _ENV_NAME.match(str(name))]
+    if bad_names:
+        raise ValueError(f"env names must be shell variable names (letters, digits, _): {', '.join(bad_names)}")
     if data["precision"] not in ("bf16", "fp16", "fp32"):
         raise ValueError(f"precision must be bf16, fp16 or fp32, not {data['precision']!r}")
     if data["flash_attn"] not in ("auto", "sdpa", "disabled", "fa2"):

@@ -105,3 +105,13 @@ def test_a_malformed_preset_is_reported_by_name_and_skipped(tmp_path: Path) -> N
     assert "YAML" in problems["broken.yaml"]
     assert "vram_gb" in problems["partial.yaml"]
     assert "fp8" in problems["wrong.yaml"]
+
+
+def test_env_names_must_be_shell_names(tmp_path) -> None:
+    from backend.presets import load_presets as load
+
+    good = (Path(__file__).resolve().parent.parent / "presets" / "rx7900xtx.yaml").read_text()
+    (tmp_path / "evil.yaml").write_text(good.replace("PYTORCH_HIP_ALLOC_CONF:", "'X; rm -rf /':"))
+    presets, errors = load(tmp_path)
+    assert "evil" not in presets
+    assert [e.file for e in errors] == ["evil.yaml"] and "shell variable names" in errors[0].problem
