@@ -16,6 +16,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--auth", default=None, help="USER:PASSWORD; required for a non-loopback --host")
     parser.add_argument("--auth-file", default=None, help="file holding USER:PASSWORD")
     parser.add_argument("--share", action="store_true", help="ask Gradio for a public share link (off unless given)")
+    parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     return parser.parse_args(argv)
 
 
@@ -37,7 +38,7 @@ def serve_main(argv: list[str]) -> int:
     from backend.telemetry.sampler import Sampler
     from ui.app import build_ui
 
-    sampler = Sampler()
+    sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
     board = RocBoard(Path(args.runs_dir), sampler=sampler)
     for error in board.preset_errors:

@@ -41,8 +41,10 @@ class Sampler:
         ttl_s: float | None = None,
         idle_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        sysfs_root: Path = Path("/sys"),
     ) -> None:
         self.interval_s = interval_s
+        self.sysfs_root = Path(sysfs_root)  # a fake tree stands in for /sys in tests and demos
         # A cached tick older than this is not shown as "now" (the source is stuck or backed off).
         self.ttl_s = ttl_s if ttl_s is not None else max(10.0, 5 * interval_s)
         # With no run watched and nobody asking for `latest()`, the thread stops reading tools.
@@ -204,7 +206,7 @@ class Sampler:
         if self._given_sources is None:
             from backend.telemetry.detect import detect_sources  # detection needs the sampler's pid
 
-            sources, statuses = detect_sources(pid_provider=lambda: self._pid)
+            sources, statuses = detect_sources(self.sysfs_root, pid_provider=lambda: self._pid)
         else:
             sources, statuses = [], []
             for source in self._given_sources:

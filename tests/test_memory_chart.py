@@ -1,0 +1,70 @@
+"""The memory chart of a watched run, from a fake sysfs tree (two AMD cards and an
+integrated GPU) and from process memory, through the real sampler and run files."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from backend.charts import memory_figure
+from backend.service import RocBoard
+from backend.telemetry.fake_sysfs import build_fake_sysfs
+from backend.telemetry.sampler import Sampler
+from backend.view import gpu_table_markdown, memory_title
+
+
+def watch_sleeper(board: RocBoard):
+    state = board.store.create("sleeper", "rx7900xtx", "m", {"config.yaml": "", "train.log": ""})
+    state = board.launcher.start(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(30)"])
+    board._watch(state)
+    return state
+
+
+def wait_for_series(board, run_id, count, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snapshot = board.snapshot(run_id)
+        if len(snapshot.memory) >= count and all(len(s.times) >= 2 for s in snapshot.memory):
+            return snapshot
+        time.sleep(0.3)
+    return board.snapshot(run_id)
+
+
+def test_gpu_chart_from_a_fake_sysfs_tree(tmp_path):
+    sampler = Sampler(interval_s=0.2, sysfs_root=build_fake_sysfs(tmp_path / "sys"))
+    sampler.start()
+    board = RocBoard(tmp_path / "runs", sampler=sampler, export_dir=tmp_path / "exports")
+    state = watch_sleeper(board)
+    try:
+        snapshot = wait_for_series(board, state.id, 2)
+        gpus = [s for s in snapshot.memory if s.source == "sysfs"]
+        assert len(gpus) == 2, [(s.label, s.source) for s in snapshot.memory]  # the carve-out iGPU is left out
+        figure = memory_figure(snapshot.memory, memory_title(snapshot))
+        names = [trace["name"] for trace in figure["data"]]
+        assert sum(name.endswith("used") for name in names) == 2
+        assert sum(name.endswith("total") for name in names) == 2  # a capacity line per GPU
+        assert "sysfs" in memory_title(snapshot)
+        table = gpu_table_markdown(snapshot)
+        assert table.count("\n") == 3 and "°C" in table and "W" in table
+        # The samples are on disk: a fresh board (a restarted server) draws the same lines.
+        again = RocBoard(tmp_path / "runs").snapshot(state.id)
+        assert {s.label for s in again.memory} >= {s.label for s in gpus}
+    finally:
+        board.stop(state.id)
+        sampler.stop()
+
+
+def test_cpu_run_shows_process_memory_labelled_as_such(tmp_path):
+    sampler = Sampler(interval_s=0.2, sysfs_root=tmp_path / "empty-sys")
+    sampler.start()
+    board = RocBoard(tmp_path / "runs", sampler=sampler, export_dir=tmp_path / "exports")
+    state = watch_sleeper(board)
+    try:
+        snapshot = wait_for_series(board, state.id, 1)
+        assert [s.source for s in snapshot.memory] == ["process"]
+        assert snapshot.memory[0].used_gib[-1] > 0
+        assert memory_title(snapshot) == "CPU RAM of the training process"
+        assert gpu_table_markdown(snapshot) == ""
+    finally:
+        board.stop(state.id)
+        sampler.stop()
