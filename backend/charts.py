@@ -64,7 +64,19 @@ def _json_number(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max_points: int = MAX_DISPLAY_POINTS) -> dict:
+LOSS_NAMES = {"loss": "loss", "smoothed": "loss (smoothed)", "learning_rate": "learning rate", "step": "step"}
+MEMORY_NAMES = {"used": "used", "total": "total", "seconds": "seconds since start", "gib": "GiB"}
+
+
+def loss_figure(
+    points: Sequence[MetricPoint],
+    title: str = "Training loss",
+    max_points: int = MAX_DISPLAY_POINTS,
+    names: dict[str, str] | None = None,
+) -> dict:
+    """Raw and smoothed loss per step, with the learning rate on a second axis.
+    `names` gives the trace and axis names in the page's language."""
+    names = {**LOSS_NAMES, **(names or {})}
     with_loss = [p for p in points if p.loss is not None]
     steps = [p.step for p in with_loss]
     losses = [float(p.loss) for p in with_loss]  # type: ignore[arg-type]
@@ -76,7 +88,7 @@ def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max
         {
             "type": "scatter",
             "mode": "lines+markers" if len(keep) <= 60 else "lines",
-            "name": "loss",
+            "name": names["loss"],
             "x": [steps[i] for i in keep],
             "y": [_json_number(losses[i]) for i in keep],
             "line": {"color": "rgba(237,28,36,0.35)"},
@@ -85,7 +97,7 @@ def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max
         {
             "type": "scatter",
             "mode": "lines",
-            "name": "loss (smoothed)",
+            "name": names["smoothed"],
             "x": [steps[i] for i in keep],
             "y": [_json_number(smoothed[i]) for i in keep],
             "line": {"color": "rgb(237,28,36)", "width": 2},
@@ -93,7 +105,7 @@ def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max
         {
             "type": "scatter",
             "mode": "lines",
-            "name": "learning rate",
+            "name": names["learning_rate"],
             "x": [lr_points[i].step for i in lr_keep],
             "y": [lr_points[i].lr for i in lr_keep],
             "yaxis": "y2",
@@ -103,20 +115,26 @@ def loss_figure(points: Sequence[MetricPoint], title: str = "Training loss", max
     layout = {
         **LIGHT_LAYOUT,
         "title": {"text": title},
-        "xaxis": {"title": {"text": "step"}},
-        "yaxis": {"title": {"text": "loss"}},
-        "yaxis2": {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e", "tickformat": ".0e", "rangemode": "tozero"},
+        "xaxis": {"title": {"text": names["step"]}},
+        "yaxis": {"title": {"text": names["loss"]}},
+        "yaxis2": {"title": {"text": names["learning_rate"]}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e", "tickformat": ".0e", "rangemode": "tozero"},
     }
     return {"data": data, "layout": layout}
 
 
-def memory_figure(series: Sequence["MemorySeries"], title: str, max_points: int = MAX_DISPLAY_POINTS) -> dict:
+def memory_figure(
+    series: Sequence["MemorySeries"],
+    title: str,
+    max_points: int = MAX_DISPLAY_POINTS,
+    names: dict[str, str] | None = None,
+) -> dict:
     """One line per GPU (used GiB) and a dashed capacity line per GPU."""
+    names = {**MEMORY_NAMES, **(names or {})}
     data = []
     for s in series:
         keep = downsample_indices(len(s.times), max_points, s.used_gib)
         x = [s.times[i] for i in keep]
-        data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} used", "x": x, "y": [_json_number(s.used_gib[i]) for i in keep]})
+        data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} {names['used']}", "x": x, "y": [_json_number(s.used_gib[i]) for i in keep]})
         totals = [t for t in s.total_gib if t is not None and math.isfinite(t)]
         # A GPU's capacity is the line its usage must stay under; the machine's RAM is
         # not a limit of the training process worth drawing at that scale.
@@ -125,7 +143,7 @@ def memory_figure(series: Sequence["MemorySeries"], title: str, max_points: int 
                 {
                     "type": "scatter",
                     "mode": "lines",
-                    "name": f"{s.label} total",
+                    "name": f"{s.label} {names['total']}",
                     "x": [x[0], x[-1]],
                     "y": [totals[-1], totals[-1]],
                     "line": {"dash": "dash", "width": 1},
@@ -134,8 +152,8 @@ def memory_figure(series: Sequence["MemorySeries"], title: str, max_points: int 
     layout = {
         **LIGHT_LAYOUT,
         "title": {"text": title},
-        "xaxis": {"title": {"text": "seconds since start"}},
-        "yaxis": {"title": {"text": "GiB"}, "rangemode": "tozero"},
+        "xaxis": {"title": {"text": names["seconds"]}},
+        "yaxis": {"title": {"text": names["gib"]}, "rangemode": "tozero"},
     }
     return {"data": data, "layout": layout}
 

@@ -167,6 +167,19 @@ def memory_title(snapshot: RunSnapshot, locale: str = "en") -> str:
     return t("chart.memory_gpu", locale, source=", ".join(sources))
 
 
+def loss_chart_names(locale: str = "en") -> dict[str, str]:
+    return {
+        "loss": t("chart.loss_series", locale),
+        "smoothed": t("chart.loss_smoothed", locale),
+        "learning_rate": t("chart.learning_rate", locale),
+        "step": t("chart.step", locale),
+    }
+
+
+def memory_chart_names(locale: str = "en") -> dict[str, str]:
+    return {"used": t("chart.used", locale), "total": t("chart.total", locale), "seconds": t("chart.seconds", locale), "gib": t("chart.gib", locale)}
+
+
 def _value(value: float | None, unit: str) -> str:
     return "—" if value is None else f"{value:.0f} {unit}"
 

@@ -11,6 +11,7 @@ import gradio as gr
 from backend import view
 from backend.config import FORM_FIELDS
 from ui.train_tab import ALL_FIELDS
+from backend.i18n import translate
 from backend.service import RocBoard
 from ui.widgets import Texts
 
@@ -35,7 +36,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fiel
 
     def findings_text(result, locale: str) -> str:
         if not result.findings:
-            return "✅ " + texts("import.clean") if result.args else ""
+            return "✅ " + translate("import.clean", locale) if result.args else ""
         return view.findings_markdown(result.findings, locale)
 
     def on_upload(path: str | None, preset_id: str, locale: str):

@@ -6,6 +6,7 @@ from typing import Any
 
 import gradio as gr
 
+from backend.i18n import translate
 from backend.service import RocBoard
 from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
@@ -30,7 +31,7 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     def on_open(run_ids: list[str] | None, locale: str):
         if not run_ids:
-            return [gr.skip(), texts("runs.pick_one"), gr.skip(), *[gr.skip()] * len(train.run_outputs)]
+            return [gr.skip(), translate("runs.pick_one", locale), gr.skip(), *[gr.skip()] * len(train.run_outputs)]
         run_id = run_ids[0]
         outputs = train.render(run_id, None, locale)
         state_active = board.is_active(run_id)
@@ -39,25 +40,25 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     open_button.click(on_open, [chosen, locale_state], [train.watched_run, message, tabs, *train.run_outputs])
 
-    def on_compare(run_ids: list[str] | None):
+    def on_compare(run_ids: list[str] | None, locale: str):
         if not run_ids:
-            return gr.skip(), texts("runs.pick_one")
+            return gr.skip(), translate("runs.pick_one", locale)
         return plot(board.overlay_figure(run_ids)), ""
 
-    compare_button.click(on_compare, chosen, [overlay, message])
+    compare_button.click(on_compare, [chosen, locale_state], [overlay, message])
 
-    def on_delete(run_ids: list[str] | None):
+    def on_delete(run_ids: list[str] | None, locale: str):
         if not run_ids:
-            return gr.update(visible=False), texts("runs.pick_one")
-        return gr.update(visible=True), texts("runs.confirm_delete", runs=", ".join(run_ids))
+            return gr.update(visible=False), translate("runs.pick_one", locale)
+        return gr.update(visible=True), translate("runs.confirm_delete", locale, runs=", ".join(run_ids))
 
-    delete_button.click(on_delete, chosen, [confirm_button, message])
+    delete_button.click(on_delete, [chosen, locale_state], [confirm_button, message])
 
-    def on_confirm(run_ids: list[str] | None):
+    def on_confirm(run_ids: list[str] | None, locale: str):
         problems = [board.delete_run(run_id) for run_id in run_ids or []]
-        text = "  \n".join(p for p in problems if p) or texts("runs.deleted")
+        text = "  \n".join(p for p in problems if p) or translate("runs.deleted", locale)
         rows, choices = refresh()
         return gr.update(visible=False), text, rows, gr.update(choices=board.run_ids(), value=[])
 
-    confirm_button.click(on_confirm, chosen, [confirm_button, message, table, chosen])
+    confirm_button.click(on_confirm, [chosen, locale_state], [confirm_button, message, table, chosen])
     return refresh

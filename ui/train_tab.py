@@ -11,6 +11,7 @@ from backend import view
 from backend.charts import loss_figure, memory_figure
 from backend.config import FINETUNING_TYPES, FLASH_ATTN_CHOICES, FORM_FIELDS, PRECISIONS
 from backend.distributed import PLAN_FORM_DEFAULTS, STRATEGY_LABELS
+from backend.i18n import translate
 from backend.runs import RunNotFound
 from backend.service import RocBoard, demo_form
 from ui.widgets import Texts, plot
@@ -175,8 +176,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             view.status_markdown(snapshot, cause, fix, locale),
             view.alert_markdown(snapshot, locale),
             view.progress_html(snapshot, locale),
-            plot(loss_figure(snapshot.points, title=texts("chart.loss"))),
-            plot(memory_figure(snapshot.memory, view.memory_title(snapshot, locale))),
+            plot(loss_figure(snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale))),
+            plot(memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale))),
             view.gpu_table_markdown(snapshot, locale),
             download_update,
             snapshot.log_tail,
