@@ -1,0 +1,262 @@
+"""Shared helpers for tests that run the real app: a server subprocess and headless Chromium.
+
+`AppServer` starts `python app.py` on a free loopback port with its own runs dir and
+Gradio temp dir, waits until it answers, and on exit stops it and every trainer it started
+(trainers run in their own session and would otherwise outlive the server). `chromium()`
+launches Debian's Chromium through Playwright, which never downloads a browser here.
+
+Test modules load the fixtures with `pytest_plugins = ["tests.browser"]`, or import the
+helpers directly.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Two shared CPU cores: importing gradio and building the page can take a while.
+SERVER_START_TIMEOUT_S = 120.0
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.25, what: str = "condition") -> T:
+    """The first truthy value of `predicate()`; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def http_get(port: int, path: str, headers: dict[str, str] | None = None, host: str = "127.0.0.1", method: str = "GET", body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one request, without following redirects.
+
+    `path` is sent exactly as given (no normalisation of `..` or `%2F`), which is what a
+    traversal test needs and what urllib would not do."""
+    connection = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        connection.putrequest(method, path, skip_accept_encoding=True)
+        for name, value in (headers or {}).items():
+            connection.putheader(name, value)
+        if body is not None:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def run_states(runs_dir: Path) -> list[dict[str, Any]]:
+    """Every run's state.json under `runs_dir`, as written by the app."""
+    states = []
+    for state_file in sorted(Path(runs_dir).glob("*/state.json")):
+        try:
+            states.append(json.loads(state_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue  # being replaced right now; the next look sees it
+    return states
+
+
+def trainer_process(state: dict[str, Any]) -> psutil.Process | None:
+    """The live trainer of a run (pid *and* start time match), else None."""
+    pid, started = state.get("pid"), state.get("pid_started")
+    if not pid or started is None:
+        return None
+    try:
+        process = psutil.Process(pid)
+        if abs(process.create_time() - started) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return process
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def kill_tree(process: psutil.Process) -> None:
+    """SIGKILL a process we started and its children (by pid, never by name)."""
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for member in tree:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
+
+
+class AppServer:
+    """`python app.py` on a free loopback port, with a temporary runs dir and GRADIO_TEMP_DIR.
+
+    Its stdout and stderr go to files so a test can read everything it printed."""
+
+    def __init__(self, *extra_args: str, env: dict[str, str] | None = None, workdir: Path | None = None, host: str = "127.0.0.1"):
+        self.extra_args = list(extra_args)
+        self.extra_env = dict(env or {})
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rocboard-test-"))
+        self.runs_dir = self.workdir / "runs"
+        self.gradio_temp = self.workdir / "gradio-tmp"
+        # The app's own temp files (the download copies) land here, where a test can find them.
+        self.tmp_dir = self.workdir / "tmp"
+        self.host = host
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+        self.stdout_path = self.workdir / "server.stdout"
+        self.stderr_path = self.workdir / "server.stderr"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [PYTHON, str(ROOT / "app.py"), "--host", self.host, "--port", str(self.port), "--runs-dir", str(self.runs_dir), *self.extra_args]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for inherited in ("ROCBOARD_AUTH", "ROCBOARD_AUTH_FILE"):
+            env.pop(inherited, None)  # a developer's own login must not leak into a test
+        env.update(
+            GRADIO_ANALYTICS_ENABLED="False",
+            GRADIO_TEMP_DIR=str(self.gradio_temp),
+            TMPDIR=str(self.tmp_dir),
+            HF_HUB_OFFLINE="1",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> "AppServer":
+        self.gradio_temp.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(
+                self.command(), cwd=ROOT, env=self.environment(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+            )
+        wait_until(self._answers, SERVER_START_TIMEOUT_S, interval=0.5, what=f"the app on port {self.port} to answer")
+        return self
+
+    def _answers(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"the app exited with {self.process.returncode} before answering:\n{self.output()[-3000:]}")
+        try:
+            status, _, _ = http_get(self.port, "/")
+        except OSError:
+            return False
+        return status == 200
+
+    def output(self) -> str:
+        """Everything the server printed so far (stdout, then stderr)."""
+        return "".join(p.read_text(encoding="utf-8", errors="replace") for p in (self.stdout_path, self.stderr_path) if p.exists())
+
+    def runs(self) -> list[dict[str, Any]]:
+        return run_states(self.runs_dir)
+
+    def kill_trainers(self) -> None:
+        for state in self.runs():
+            process = trainer_process(state)
+            if process is not None:
+                kill_tree(process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)  # its own session: the server and its helpers
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.kill_trainers()
+        if self._own_workdir:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "AppServer":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """Headless Debian Chromium driven by Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def chromium_available() -> bool:
+    if not Path(CHROMIUM).exists():
+        return False
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser per test module; each test opens its own context (cookies, locale)."""
+    if not chromium_available():
+        pytest.skip(f"browser tests need Playwright and {CHROMIUM}")
+    with chromium_browser() as browser:
+        yield browser
+
+
+@pytest.fixture(scope="module")
+def app_server(demo_assets, tmp_path_factory):
+    """One app per test module, on a free loopback port with its own runs dir."""
+    with AppServer(workdir=tmp_path_factory.mktemp("app")) as server:
+        yield server
