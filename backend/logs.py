@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,64 @@ class JsonlTail:
             else:
                 self.garbage_lines += 1
         return records
+
+
+class TextTail:
+    """Yields the complete lines appended to a text log since the last poll.
+
+    Progress bars rewrite their line with carriage returns; each rewrite counts as a line,
+    so a metrics dict printed after a bar is seen as soon as its newline arrives."""
+
+    def __init__(self, path: Path, max_chunk: int = 4_000_000):
+        self.path = Path(path)
+        self.offset = 0
+        self.max_chunk = max_chunk  # a poll never reads more than this (the rest waits)
+        self._identity: tuple[int, int] | None = None
+
+    def poll(self) -> list[str]:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return []
+        identity = (stat.st_dev, stat.st_ino)
+        if self._identity is not None and (identity != self._identity or stat.st_size < self.offset):
+            self.offset = 0
+        self._identity = identity
+        if stat.st_size <= self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read(min(stat.st_size - self.offset, self.max_chunk))
+        except OSError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        text = chunk[:end].decode("utf-8", errors="replace")
+        return [line for line in re.split(r"[\r\n]+", text) if line.strip()]
+
+
+# transformers prints one dict per logging step; from version 5 its values are strings:
+# {'loss': '6.238', 'grad_norm': 'nan', 'learning_rate': '8.75e+08', 'epoch': '0.25'}
+_TRAINER_PRINT = re.compile(r"\{'loss': '?(?P<loss>[^',}]+)'?, 'grad_norm': '?(?P<grad_norm>[^',}]+)'?")
+
+
+def parse_trainer_print(line: str) -> dict[str, float] | None:
+    """loss and grad_norm from a line where the trainer printed its logging dict."""
+    match = _TRAINER_PRINT.search(line)
+    if match is None:
+        return None
+    values = {name: _number_text(match.group(name)) for name in ("loss", "grad_norm")}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _number_text(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

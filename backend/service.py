@@ -23,7 +23,7 @@ from backend.charts import MemorySeries
 from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args, to_yaml
 from backend.findings import Finding, has_problems
 from backend.launcher import Launcher, display_command
-from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
+from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
 from backend.presets import DEFAULT_PRESET_ID, PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
 from backend.telemetry.base import Reading
@@ -106,6 +106,8 @@ class RunMonitor:
         self.run_dir = run_dir
         self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG)
         self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE)
+        self.console_tail = TextTail(run_dir / LOG_FILE)  # for grad_norm, which only train.log has
+        self.grad_norms: list[float] = []
         self.series = MetricSeries()
         self.memory: dict[tuple[str, int], MemorySeries] = {}
         self.memory_label = ""
@@ -122,6 +124,11 @@ class RunMonitor:
             self._last_poll = now
             points = [p for p in map(parse_metric, self.metrics_tail.poll()) if p is not None]
             changed = self.series.extend(points)
+            for line in self.console_tail.poll():
+                printed = parse_trainer_print(line)
+                if printed is not None and "grad_norm" in printed:
+                    self.grad_norms.append(printed["grad_norm"])
+                    changed = True
             for record in self.samples_tail.poll():
                 try:
                     reading = Reading.from_json(record)
@@ -136,7 +143,11 @@ class RunMonitor:
         from backend.diagnose import loss_alert
 
         recent = self.series.points[-50:]
-        return loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None])
+        loss = loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None])
+        if loss is not None:
+            return loss
+        start = max(0, len(self.grad_norms) - 200)
+        return loss_alert([{"grad_norm": g} for g in self.grad_norms[start:]])
 
     def _add_reading(self, reading: Reading) -> None:
         if self.first_sample_at is None:

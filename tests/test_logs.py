@@ -83,3 +83,37 @@ def test_last_line_without_loss_parses():
     point = parse_metric(record)
     assert point is not None and point.loss is None and point.step == 30
     assert parse_metric({"foo": 1}) is None
+
+
+def test_text_tail_sees_trainer_prints_between_progress_bars(tmp_path):
+    from pathlib import Path
+
+    from backend.logs import TextTail, parse_trainer_print
+
+    real = (Path(__file__).parent / "fixtures" / "logs" / "real_grad_norm_nan.log").read_text()
+    path = tmp_path / "train.log"
+    tail = TextTail(path)
+    half = len(real) // 2
+    path.write_text(real[:half])
+    first = [p for p in map(parse_trainer_print, tail.poll()) if p]
+    with open(path, "a") as handle:
+        handle.write(real[half:])
+    second = [p for p in map(parse_trainer_print, tail.poll()) if p]
+    printed = first + second
+    assert printed[0] == {"loss": 6.212, "grad_norm": 3.759}
+    assert any(p["grad_norm"] != p["grad_norm"] for p in printed)  # NaN read as NaN
+    assert len(printed) == real.count("'grad_norm'")  # each exactly once across polls
+
+
+def test_monitor_alerts_on_nan_grad_norm_from_train_log(tmp_path):
+    from pathlib import Path
+
+    from backend.service import RunMonitor
+
+    run_dir = tmp_path / "run"
+    (run_dir / "output").mkdir(parents=True)
+    (run_dir / "train.log").write_text((Path(__file__).parent / "fixtures" / "logs" / "real_grad_norm_nan.log").read_text())
+    monitor = RunMonitor(run_dir)
+    monitor.poll()
+    alert = monitor.alert()
+    assert alert is not None and "nan" in alert.lower()
