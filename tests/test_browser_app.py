@@ -1,0 +1,380 @@
+"""The page in headless Chromium, against the real app on a free loopback port.
+
+One app server for the module (starting one costs seconds on two cores); each test opens
+its own browser context (cookies, locale). Runs are real LLaMA-Factory runs of the offline
+demo model. The tests wait for states, never for a time: a short run may be over before
+the test looks, and plotly draws its first chart a moment after the data arrives.
+
+Scenarios: bad form input, YAML import with wrong keys, Chinese and English, a failing run,
+stopping a run, and the whole demo run (reload mid-run, finish, download, load with peft).
+
+`ROCBOARD_SCREENSHOTS=docs/screenshots pytest tests/test_browser_app.py` also saves the
+screenshots the README shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from backend.i18n import translate
+from backend.service import demo_form
+from tests.browser import ROOT, app_server, chromium, trainer_process, wait_until  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+SCREENSHOTS = os.environ.get("ROCBOARD_SCREENSHOTS")
+RUN_TIMEOUT_S = 420  # a demo run on two busy cores: model load ~40 s, 30 steps ~30 s; slack for CI
+UI_TIMEOUT_MS = 60_000
+
+LOSS_POINTS_JS = """() => {
+    const plot = document.querySelector('#loss-chart .js-plotly-plot');
+    return plot && plot.data && plot.data.length ? (plot.data[0].x || []).length : 0;
+}"""
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def open_page(chromium, server, locale: str = "en-US"):
+    """A fresh tab (own cookies, light theme) on the app, once the form is there."""
+    context = chromium.new_context(locale=locale, color_scheme="light", viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    page.goto(f"{server.url}/?__theme=light")
+    page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+    return context, page
+
+
+def shoot(page, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def text_of(page, selector: str) -> str:
+    """What a person sees in an element (its rendered, visible text)."""
+    return page.locator(selector).first.inner_text()
+
+
+def wait_for_text(page, selector: str, *needles: str, timeout_ms: int = UI_TIMEOUT_MS) -> str:
+    """Waits until the element's visible text holds any of `needles`; returns that text."""
+    page.wait_for_function(
+        "([selector, needles]) => { const e = document.querySelector(selector); return !!e && needles.some(n => e.innerText.includes(n)); }",
+        arg=[selector, list(needles)],
+        timeout=timeout_ms,
+        polling=250,
+    )
+    return text_of(page, selector)
+
+
+def loss_points(page) -> int:
+    return page.evaluate(LOSS_POINTS_JS)
+
+
+def wait_for_loss_points(page, at_least: int, timeout_ms: int) -> int:
+    page.wait_for_function(f"() => ({LOSS_POINTS_JS})() >= {at_least}", timeout=timeout_ms, polling=500)
+    return loss_points(page)
+
+
+def fill(page, field_id: str, value: str) -> None:
+    page.locator(f"#{field_id} textarea, #{field_id} input").first.fill(value)
+
+
+def choose_preset(page, name_part: str) -> None:
+    page.locator("#preset input").click()
+    page.locator(f"ul[role=listbox] li[role=option][aria-label*='{name_part}']").first.click()
+    page.wait_for_function("(part) => document.querySelector('#preset input').value.includes(part)", arg=name_part, timeout=UI_TIMEOUT_MS)
+
+
+def set_model_path(page, path: str) -> None:
+    fill(page, "model-path", path)
+
+
+def new_runs(server, before: set[str]) -> list[dict]:
+    return [state for state in server.runs() if state["id"] not in before]
+
+
+def run_ids(server) -> set[str]:
+    return {state["id"] for state in server.runs()}
+
+
+def wait_for_new_run(server, before: set[str], timeout: float = 120) -> dict:
+    return wait_until(lambda: (new_runs(server, before) or [None])[0], timeout, what="the run directory to appear")
+
+
+def processes_in(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose working directory is the run's (the trainer and its children)."""
+    found = []
+    for process in psutil.process_iter(["cwd", "status"]):
+        try:
+            if process.info["cwd"] and Path(process.info["cwd"]).is_relative_to(run_dir) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+            continue
+    return found
+
+
+@pytest.fixture
+def page_of(chromium, app_server):
+    """Opens tabs on the module's app and closes them after the test."""
+    contexts = []
+
+    def opener(locale: str = "en-US"):
+        context, page = open_page(chromium, app_server, locale)
+        contexts.append(context)
+        return page
+
+    yield opener
+    for context in contexts:
+        context.close()
+
+
+# --- form checks: nothing starts ----------------------------------------------------------------
+
+
+def test_bad_form_input_is_explained_next_to_each_field_and_starts_nothing(app_server, page_of) -> None:
+    page = page_of()
+    before = run_ids(app_server)
+    # A preset without bf16 (RDNA2), then bf16 anyway, and a negative learning rate.
+    choose_preset(page, "RX 6900 XT")
+    # The preset's own precision (fp16) lands first; bf16 is then the user's choice.
+    page.wait_for_selector("#precision input[value=fp16][aria-checked=true]", timeout=UI_TIMEOUT_MS)
+    page.locator("#precision label", has_text="bf16").click()
+    fill(page, "learning-rate", "-1e-4")
+    page.locator("#start").click()
+
+    lr_text = wait_for_text(page, "#learning-rate", "positive number")
+    assert "Learning rate must be a positive number" in lr_text and "-0.0001" in lr_text
+    precision_text = wait_for_text(page, "#precision", "bf16")
+    assert "no bf16 support" in precision_text and "fp16" in precision_text
+    # The messages are on screen, next to their fields, not only somewhere in the DOM.
+    assert page.locator("#learning-rate", has_text="positive number").is_visible()
+    assert page.locator("#precision", has_text="no bf16 support").is_visible()
+    assert run_ids(app_server) == before
+    assert "Status: running" not in text_of(page, "#status")
+
+
+# --- import ------------------------------------------------------------------------------------
+
+
+def wrong_keys_yaml() -> str:
+    demo = demo_form()
+    return f"""model_name_or_path: {demo['model_path']}
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+template: llama3
+dataset_dir: {demo['dataset_dir']}
+dataset: {demo['dataset']}
+cutoff_len: 128
+per_device_train_batch_size: 4
+learning_rate: 5.0e-3
+max_steps: 30
+bf16: true
+disable_flash_attn: true
+compute_device: cuda
+lerning_rate: 2e-4
+lora_rnak: 8
+"""
+
+
+WRONG_KEYS = ("disable_flash_attn", "compute_device", "lerning_rate", "lora_rnak", "bf16")
+
+
+def import_text(page) -> str:
+    return page.evaluate("() => document.querySelector('#import-yaml .cm-content')?.innerText ?? ''")
+
+
+def test_import_shows_each_wrong_key_with_its_fix_and_applies_them(app_server, page_of) -> None:
+    page = page_of()
+    page.get_by_role("tab", name=translate("tab.import_export", "en")).click()
+    page.wait_for_selector("#import-yaml .cm-content", timeout=UI_TIMEOUT_MS)
+    page.locator("#import-yaml .cm-content").click()
+    page.keyboard.insert_text(wrong_keys_yaml())
+    page.locator("#import-button").click()
+
+    findings = wait_for_text(page, "#import-findings", "lora_rnak")
+    for key in WRONG_KEYS:
+        line = next((line for line in findings.splitlines() if key in line), "")
+        assert line, f"no finding for {key}: {findings}"
+        assert "Fix:" in line, f"the finding for {key} has no fix: {line}"
+    assert "lora_rank" in findings and "flash_attn: disabled" in findings
+    shoot(page, "import")
+
+    page.locator("#apply-fixes").click()
+    page.wait_for_function("() => !document.querySelector('#import-yaml .cm-content').innerText.includes('lora_rnak')", timeout=UI_TIMEOUT_MS)
+    fixed = import_text(page)
+    for key in ("disable_flash_attn", "compute_device", "lerning_rate", "lora_rnak", "bf16"):
+        assert not re.search(rf"^{key}:", fixed, re.MULTILINE), f"{key} is still in the fixed YAML:\n{fixed}"
+    assert re.search(r"^lora_rank: 8$", fixed, re.MULTILINE) and re.search(r"^flash_attn: disabled$", fixed, re.MULTILINE)
+    after = wait_for_text(page, "#import-findings", translate("import.clean", "en"), "Problem", "Warning")
+    assert "Problem" not in after, f"problems left after applying every fix:\n{after}"
+
+    # Into the form, and the form's Preview is clean YAML without the wrong keys.
+    page.locator("#load-into-form").click()
+    page.get_by_role("tab", name=translate("tab.train", "en")).click()
+    page.locator("#preview").click()
+    page.wait_for_function("() => (document.querySelector('#preview-yaml .cm-content')?.innerText ?? '').includes('model_name_or_path')", timeout=UI_TIMEOUT_MS)
+    preview = page.evaluate("() => document.querySelector('#preview-yaml .cm-content').innerText")
+    for key in WRONG_KEYS[:-1]:
+        assert f"{key}:" not in preview
+    assert re.search(r"^lora_rank: 8$", preview, re.MULTILINE)
+    assert "Problem" not in text_of(page, "#findings")
+
+
+# --- languages -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
+def test_the_page_speaks_the_browsers_language(app_server, page_of, locale) -> None:
+    page = page_of(locale)
+    expected = "zh-CN" if locale.startswith("zh") else "en"
+    start = translate("button.start", expected)
+    page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=start, timeout=UI_TIMEOUT_MS)
+    assert page.get_by_role("tab", name=translate("tab.train", expected)).is_visible()
+    assert translate("label.model_path", expected) in text_of(page, "#model-path")
+    if expected == "zh-CN":
+        shoot(page, "train-zh-CN")
+
+
+def test_the_language_switch_relabels_the_page(app_server, page_of) -> None:
+    page = page_of("en-US")
+    page.wait_for_function("() => document.querySelector('#start').innerText.trim() === 'Start'", timeout=UI_TIMEOUT_MS)
+    page.locator("#language label", has_text="中文").click()
+    page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=translate("button.start", "zh-CN"), timeout=UI_TIMEOUT_MS)
+    assert translate("label.learning_rate", "zh-CN") in text_of(page, "#learning-rate")
+    page.locator("#language label", has_text="English").click()
+    page.wait_for_function("() => document.querySelector('#start').innerText.trim() === 'Start'", timeout=UI_TIMEOUT_MS)
+
+
+# --- runs --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_a_run_whose_model_vanished_fails_with_the_cause_in_words(app_server, page_of, tmp_path: Path) -> None:
+    # The form refuses a model path that does not exist, so the model is taken away after
+    # the run was accepted: the trainer finds nothing at the path.
+    model = tmp_path / "vanishing-model"
+    shutil.copytree(demo_form()["model_path"], model)
+    page = page_of()
+    before = run_ids(app_server)
+    set_model_path(page, str(model))
+    fill(page, "run-name", "vanishing")
+    page.locator("#start").click()
+    wait_for_text(page, "#status", "Status: running", "Status: failed", timeout_ms=120_000)
+    wait_for_new_run(app_server, before)
+    shutil.rmtree(model)
+
+    status = wait_for_text(page, "#status", "Status: failed", "Status: finished", timeout_ms=RUN_TIMEOUT_S * 1000)
+    assert "Status: failed" in status
+    causes = [translate(f"diagnose.{rule}.cause", "en") for rule in ("model_not_found", "model_not_cached_offline", "tokenizer_not_loadable")]
+    assert "Cause:" in status and any(cause in status for cause in causes), status
+    assert "Fix:" in status
+    shoot(page, "failed")
+
+
+@pytest.mark.timeout(600)
+def test_stop_mid_run_ends_every_trainer_process(app_server, page_of) -> None:
+    page = page_of()
+    before = run_ids(app_server)
+    fill(page, "max-steps", "2000")  # long enough that it is surely still training when stopped
+    fill(page, "run-name", "to-stop")
+    page.locator("#start").click()
+    wait_for_text(page, "#status", "Status: running", timeout_ms=120_000)
+    state = wait_for_new_run(app_server, before)
+    run_dir = app_server.runs_dir / state["id"]
+    wait_for_loss_points(page, 1, RUN_TIMEOUT_S * 1000)  # the trainer is in its loop, mid-run
+    trainer = trainer_process(json.loads((run_dir / "state.json").read_text()))
+    assert trainer is not None
+    tree = [trainer, *trainer.children(recursive=True)]
+
+    page.locator("#stop").click()
+    status = wait_for_text(page, "#status", "Status: stopped", "Status: failed", "Status: finished", timeout_ms=120_000)
+    assert "Status: stopped" in status
+    assert json.loads((run_dir / "state.json").read_text())["state"] == "stopped"
+    gone, alive = psutil.wait_procs(tree, timeout=15)
+    assert alive == [], f"still running after Stop: {[p.pid for p in alive]}"
+    assert processes_in(run_dir) == []
+
+
+@pytest.mark.timeout(900)
+def test_the_demo_run_survives_a_reload_finishes_and_its_adapter_loads_with_peft(app_server, page_of, tmp_path: Path) -> None:
+    page = page_of()
+    before = run_ids(app_server)
+    choose_preset(page, "CPU demo")
+    fill(page, "run-name", "demo")
+    page.locator("#start").click()
+    wait_for_text(page, "#status", "Status: running", "Status: finished", timeout_ms=120_000)
+    run_id = wait_for_new_run(app_server, before)["id"]
+
+    # Mid-run: a few points on the chart, then a reload; the run and its whole chart are back.
+    seen = wait_for_loss_points(page, 3, RUN_TIMEOUT_S * 1000)
+    if "Status: running" in text_of(page, "#status"):
+        shoot(page, "training")
+    page.reload()
+    page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+    status = wait_for_text(page, "#status", run_id)
+    assert "Status: running" in status or "Status: finished" in status
+    assert wait_for_loss_points(page, seen, UI_TIMEOUT_MS) >= seen  # every point drawn before the reload, not only new ones
+
+    status = wait_for_text(page, "#status", "Status: finished", "Status: failed", "Status: stopped", timeout_ms=RUN_TIMEOUT_S * 1000)
+    assert "Status: finished" in status, status
+    assert wait_for_loss_points(page, 5, UI_TIMEOUT_MS) >= 5
+    page.wait_for_function(
+        "() => { const bar = document.querySelector('#progress [role=progressbar]'); return bar && bar.getAttribute('aria-valuenow') === '100'; }",
+        timeout=UI_TIMEOUT_MS,
+    )
+    assert "100 %" in text_of(page, "#progress")
+    assert page.locator("#progress .rb-progress-text").is_visible()
+    page.wait_for_function("() => !document.querySelector('#download').disabled", timeout=UI_TIMEOUT_MS)
+    shoot(page, "finished")
+
+    with page.expect_download(timeout=UI_TIMEOUT_MS) as download_info:
+        page.locator("#download").click()
+    archive = tmp_path / "adapter.zip"
+    download_info.value.save_as(archive)
+    with zipfile.ZipFile(archive) as bundle:
+        names = set(bundle.namelist())
+        bundle.extractall(tmp_path / "adapter")
+    assert {"adapter_model.safetensors", "adapter_config.json", "config.yaml", "tokenizer.json"} <= names
+    assert all(not name.startswith(("/", "..")) and "/../" not in name for name in names)
+    check_adapter_loads_with_peft(tmp_path / "adapter")
+
+
+PEFT_CHECK = """
+import sys, torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+base_dir, adapter_dir = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), adapter_dir)
+lora = [name for name, _ in model.named_parameters() if "lora_" in name]
+assert lora, "no LoRA weights in the adapter"
+ids = tokenizer("Hello", return_tensors="pt")
+out = model.generate(**ids, max_new_tokens=3, do_sample=False)
+assert out.shape[1] > ids["input_ids"].shape[1]
+print("LOADED", len(lora))
+"""
+
+
+def check_adapter_loads_with_peft(adapter_dir: Path) -> None:
+    # In a child process: the test process stays free of torch, as the web process is.
+    result = subprocess.run(
+        [sys.executable, "-c", PEFT_CHECK, demo_form()["model_path"], str(adapter_dir)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "LOADED" in result.stdout, result.stderr[-3000:]
