@@ -51,11 +51,19 @@ def open_page(chromium, server, locale: str = "en-US"):
     page = context.new_page()
     page.goto(f"{server.url}/?__theme=light")
     page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+    wait_until_idle(page)
     return context, page
+
+
+def wait_until_idle(page) -> None:
+    """Until no component shows Gradio's pending overlay (the page's load event relabels
+    every widget; a screenshot or a click before that sees spinners)."""
+    page.wait_for_function("() => document.querySelectorAll('.wrap.default.full:not(.hide)').length === 0", timeout=UI_TIMEOUT_MS, polling=200)
 
 
 def shoot(page, name: str) -> None:
     if SCREENSHOTS:
+        wait_until_idle(page)
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
@@ -241,10 +249,14 @@ def test_the_page_speaks_the_browsers_language(app_server, page_of, locale) -> N
     expected = "zh-CN" if locale.startswith("zh") else "en"
     start = translate("button.start", expected)
     page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=start, timeout=UI_TIMEOUT_MS)
-    assert page.get_by_role("tab", name=translate("tab.train", expected)).is_visible()
-    assert translate("label.model_path", expected) in text_of(page, "#model-path")
     if expected == "zh-CN":
         shoot(page, "train-zh-CN")
+    assert page.get_by_role("tab", name=translate("tab.train", expected)).is_visible()
+    assert translate("label.model_path", expected) in text_of(page, "#model-path")
+    assert translate("button.download", expected) in text_of(page, "#download")
+    if not app_server.runs():  # no run yet: the idle status line and the empty progress bar
+        assert wait_for_text(page, "#status", translate("status.idle", expected).replace("**", "").split(" — ")[0])
+        assert translate("progress.none", expected) in text_of(page, "#progress")
 
 
 def test_the_language_switch_relabels_the_page(app_server, page_of) -> None:

@@ -496,6 +496,18 @@ def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_
             shlex.split(line)  # every line is well-formed shell
 
 
+def test_model_code_from_the_model_folder_is_never_trusted(tmp_path: Path, demo_assets) -> None:
+    from backend.service import RocBoard, demo_form
+    from backend.yaml_import import import_yaml
+
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+    assert yaml.safe_load(board.preview(demo_form()).yaml_text)["trust_remote_code"] is False
+    imported = import_yaml(f"model_name_or_path: {demo_form()['model_path']}\ntrust_remote_code: true\n")
+    assert "trust_remote_code" not in imported.form_values
+    merged = {**demo_form(), **imported.form_values}
+    assert yaml.safe_load(board.preview(merged).yaml_text)["trust_remote_code"] is False
+
+
 # --- YAML import ------------------------------------------------------------------------------------
 
 PYTHON_PAYLOADS = [
