@@ -13,10 +13,11 @@ import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
 from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
@@ -232,7 +233,7 @@ def short_model(model: str) -> str:
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     minutes, seconds = divmod(seconds, 60)

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,15 @@ import yaml
 
 from backend.findings import Finding
 from backend.logs import TRAINER_LOG
-from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, STATE_FILE, RunNotFound, RunState, RunStore
+from backend.runs import (
+    CONFIG_FILE,
+    LOG_FILE,
+    OUTPUT_DIR,
+    STATE_FILE,
+    RunNotFound,
+    RunState,
+    RunStore,
+)
 
 CHECKPOINT_DIR_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, written last
@@ -253,8 +261,7 @@ def repair_trainer_log(output_dir: Path, checkpoint: CheckpointInfo) -> list[int
     with open(path, "a", encoding="utf-8") as handle:
         if cut_off:
             handle.write("\n")  # the half line stays (a reader skips it as garbage), closed
-        for record in missing:
-            handle.write(json.dumps(record) + "\n")
+        handle.writelines(json.dumps(record) + "\n" for record in missing)
     return [r["current_steps"] for r in missing]
 
 
@@ -285,7 +292,7 @@ def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
             "To train further, start a new run (with more steps, or from its adapter).",
             "run-finished",
         )
-    if not _regular_file(run_dir / CONFIG_FILE):
+    if not _regular_file(run_dir / CONFIG_FILE) or not isinstance(_config_args(run_dir), dict):
         return Refusal(run_id, f"Run {run_id} has no {CONFIG_FILE}, so it cannot be started again.", "Start a new run with the same settings.", "no-config")
     info, skipped = latest_complete_checkpoint(run_dir)
     logged = _last_logged_step(run_dir / OUTPUT_DIR / TRAINER_LOG)
@@ -319,11 +326,15 @@ def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
     )
 
 
-def _config_value(run_dir: Path, key: str) -> Any:
+def _config_args(run_dir: Path) -> Any:
     try:
-        data = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+        return yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
+
+
+def _config_value(run_dir: Path, key: str) -> Any:
+    data = _config_args(run_dir)
     return data.get(key) if isinstance(data, dict) else None
 
 
@@ -359,7 +370,7 @@ def archive_attempt(run_dir: Path, attempt: int) -> Path:
                 copied.append(f"{OUTPUT_DIR}/{entry.name}")
         manifest = {
             "attempt": attempt,
-            "archived_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "archived_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "copied": copied,
             "not_copied": not_copied,
         }
