@@ -64,7 +64,7 @@ class RunSummary:
 _cache_lock = threading.Lock()
 _tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
 _curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
-_attempt_cache: dict[Path, tuple[tuple[int, int], float]] = {}
+_attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
 
 
 def _file_key(path: Path) -> tuple[int, int] | None:
@@ -139,39 +139,45 @@ def read_curve(path: Path) -> list[MetricPoint]:
     return list(series.points)
 
 
-def _attempt_seconds(state_file: Path) -> float:
-    """How long an archived attempt trained, from its state.json (immutable once archived)."""
+def _attempt_span(state_file: Path) -> tuple[float, float] | None:
+    """(started_at, ended_at) of an archived attempt, from its state.json (immutable once
+    archived, so cached by size and mtime)."""
     key = _file_key(state_file)
     if key is None:
-        return 0.0
+        return None
     with _cache_lock:
         cached = _attempt_cache.get(state_file)
     if cached is not None and cached[0] == key:
         return cached[1]
-    seconds = 0.0
+    span = None
     try:
         data = json.loads(state_file.read_text(encoding="utf-8"))
         started, ended = data.get("started_at"), data.get("ended_at")
         if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
-            seconds = float(ended - started)
+            span = (float(started), float(ended))
     except (OSError, ValueError, AttributeError):
         pass
     with _cache_lock:
-        _attempt_cache[state_file] = (key, seconds)
-    return seconds
+        _attempt_cache[state_file] = (key, span)
+    return span
 
 
 def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
-    earlier = 0.0
+    """Training time over all attempts. A span is counted once: a resume that failed to
+    launch archives the same attempt twice (attempts/2 and attempts/2-2)."""
+    spans: set[tuple[float, float]] = set()
     attempts = run_dir / ATTEMPTS_DIR
     if state.attempts > 1 and attempts.is_dir():
-        earlier = sum(_attempt_seconds(entry / STATE_FILE) for entry in attempts.iterdir() if not entry.name.startswith("."))
-    if state.started_at is None:
-        return earlier or None
+        for entry in attempts.iterdir():
+            span = None if entry.name.startswith(".") else _attempt_span(entry / STATE_FILE)
+            if span is not None:
+                spans.add(span)
     end = now if state.active else state.ended_at
-    if end is None:
-        return earlier or None
-    return earlier + max(0.0, end - state.started_at)
+    if state.started_at is not None and end is not None:
+        spans.add((state.started_at, max(state.started_at, end)))
+    if not spans:
+        return None
+    return sum(ended - started for started, ended in spans)
 
 
 def _prune(root: Path, live_dirs: set[Path]) -> None:

@@ -124,7 +124,8 @@ def test_cached_summary_follows_a_growing_log(store):
 def test_duration_adds_up_the_attempts_of_a_resumed_run(store):
     run_id = add_run(store, "resumed", "finished", log_text([1, 2], 2), started_at=500.0, ended_at=530.0, attempts=3)
     attempts = store.run_dir(run_id) / "attempts"
-    for name, (start, end) in {"1": (100.0, 160.0), "2": (200.0, 210.0)}.items():
+    # attempts/2-2: a resume that failed to launch archived attempt 2 again; counted once.
+    for name, (start, end) in {"1": (100.0, 160.0), "2": (200.0, 210.0), "2-2": (200.0, 210.0)}.items():
         (attempts / name).mkdir(parents=True)
         (attempts / name / "state.json").write_text(json.dumps({"started_at": start, "ended_at": end}))
     summary = summarize_runs(store, now=9999.0)[0]
