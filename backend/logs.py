@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,10 @@ class MetricSeries:
     def extend(self, new_points: list[MetricPoint]) -> bool:
         changed = False
         for point in new_points:
+            last = self.latest
+            # LLaMA-Factory's closing line repeats the last step without a loss: keep the loss.
+            if last is not None and point.step == last.step and point.loss is None and last.loss is not None:
+                point = replace(point, loss=last.loss, lr=point.lr if point.lr is not None else last.lr)
             while self.points and self.points[-1].step >= point.step:
                 self.points.pop()
             self.points.append(point)

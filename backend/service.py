@@ -22,7 +22,7 @@ from backend import artifacts
 from backend.charts import MemorySeries
 from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args, to_yaml
 from backend.findings import Finding, has_problems
-from backend.launcher import Launcher, display_command
+from backend.launcher import Launcher, ProcessIdentity, display_command, stop_tree
 from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
 from backend.presets import DEFAULT_PRESET_ID, PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
@@ -204,6 +204,7 @@ class RocBoard:
         self._monitors: dict[str, RunMonitor] = {}
         self._start_lock = threading.Lock()
         self._watched: str | None = None
+        self._last_seen: dict[str, RunState] = {}  # to stop a trainer whose run directory vanished
         self._doctor_checks: list[Any] | None = None
 
         self._doctor_error = ""
@@ -443,6 +444,16 @@ class RocBoard:
             self._watch(active)
         return active
 
+    def _run_vanished(self, run_id: str) -> None:
+        """The run's directory was deleted by hand while the app ran. Its trainer can no
+        longer be seen, stopped from the page, or counted by the one-run-at-a-time rule, and
+        it writes into a directory nobody reads: stop it (by pid and start time)."""
+        self._monitors.pop(run_id, None)
+        self._unwatch_if(run_id)
+        last = self._last_seen.pop(run_id, None)
+        if last is not None and last.active and last.pid is not None and last.pid_started is not None:
+            stop_tree(ProcessIdentity(last.pid, last.pid_started))
+
     def monitor(self, run_id: str) -> RunMonitor:
         monitor = self._monitors.get(run_id)
         if monitor is None:
@@ -450,7 +461,12 @@ class RocBoard:
         return monitor
 
     def snapshot(self, run_id: str) -> RunSnapshot:
-        state = self.launcher.refresh(run_id)
+        try:
+            state = self.launcher.refresh(run_id)
+        except RunNotFound:
+            self._run_vanished(run_id)
+            raise
+        self._last_seen[run_id] = state
         if not state.active:
             self._unwatch_if(run_id)
         monitor = self.monitor(run_id)

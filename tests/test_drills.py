@@ -299,11 +299,6 @@ def test_two_starts_at_once_launch_exactly_one_run(board):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs RocBoard.snapshot to stop the trainer of a run whose directory vanished (change described in docs/runs.md); "
-    "remove this marker when service.py has it",
-)
 def test_run_directory_deleted_while_it_trains(board):
     from backend.service import demo_form
 

@@ -282,11 +282,6 @@ def test_second_resume_archives_the_second_attempt(store):
     assert [p.step for p in curve(output / TRAINER_LOG)] == list(range(1, TOTAL + 1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backend/logs.py MetricSeries lets LLaMA-Factory's end-of-training line (same step, no loss) replace the "
-    "last point, dropping the last loss from the curve; remove this marker once MetricSeries.extend keeps it",
-)
 def test_end_of_training_line_keeps_the_last_loss(tmp_path):
     path = tmp_path / TRAINER_LOG
     path.write_text("".join(log_line(s, loss=loss_at(s)) for s in range(1, TOTAL + 1)) + log_line(TOTAL))
