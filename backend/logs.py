@@ -21,40 +21,55 @@ from typing import Any
 TRAINER_LOG = "trainer_log.jsonl"  # LLaMA-Factory's name, written into output_dir
 
 
-class JsonlTail:
-    """Yields the JSON objects appended to a file since the last poll."""
+class GrowingFile:
+    """The complete lines appended to a file since the last read, as bytes.
 
-    def __init__(self, path: Path):
+    Keeps a byte offset; a half-written last line stays unread until its newline arrives;
+    a file that was replaced (new inode) or shrank is read again from its start. A read
+    takes at most `max_chunk` bytes (the rest waits for the next poll)."""
+
+    def __init__(self, path: Path, max_chunk: int = 16_000_000):
         self.path = Path(path)
         self.offset = 0
-        self.garbage_lines = 0
+        self.max_chunk = max_chunk
         self.restarts = 0  # times the file was replaced or truncated under us
         self._identity: tuple[int, int] | None = None
 
-    def poll(self) -> list[dict[str, Any]]:
+    def read_new(self) -> bytes:
         try:
             stat = os.stat(self.path)
         except OSError:
-            return []
+            return b""
         identity = (stat.st_dev, stat.st_ino)
         if self._identity is not None and (identity != self._identity or stat.st_size < self.offset):
             self.offset = 0
             self.restarts += 1
         self._identity = identity
-        if stat.st_size == self.offset:
-            return []
+        if stat.st_size <= self.offset:
+            return b""
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
-                chunk = handle.read(stat.st_size - self.offset)
+                chunk = handle.read(min(stat.st_size - self.offset, self.max_chunk))
         except OSError:
-            return []
+            return b""
         end = chunk.rfind(b"\n")
         if end < 0:
-            return []  # only a partial line so far: wait for its newline
+            return b""  # only a partial line so far: wait for its newline
         self.offset += end + 1
+        return chunk[:end]
+
+
+class JsonlTail(GrowingFile):
+    """Yields the JSON objects appended to a file since the last poll."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.garbage_lines = 0
+
+    def poll(self) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
-        for line in chunk[:end].split(b"\n"):
+        for line in self.read_new().split(b"\n"):
             if not line.strip():
                 continue
             try:
@@ -69,40 +84,14 @@ class JsonlTail:
         return records
 
 
-class TextTail:
+class TextTail(GrowingFile):
     """Yields the complete lines appended to a text log since the last poll.
 
     Progress bars rewrite their line with carriage returns; each rewrite counts as a line,
     so a metrics dict printed after a bar is seen as soon as its newline arrives."""
 
-    def __init__(self, path: Path, max_chunk: int = 4_000_000):
-        self.path = Path(path)
-        self.offset = 0
-        self.max_chunk = max_chunk  # a poll never reads more than this (the rest waits)
-        self._identity: tuple[int, int] | None = None
-
     def poll(self) -> list[str]:
-        try:
-            stat = os.stat(self.path)
-        except OSError:
-            return []
-        identity = (stat.st_dev, stat.st_ino)
-        if self._identity is not None and (identity != self._identity or stat.st_size < self.offset):
-            self.offset = 0
-        self._identity = identity
-        if stat.st_size <= self.offset:
-            return []
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read(min(stat.st_size - self.offset, self.max_chunk))
-        except OSError:
-            return []
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        text = chunk[:end].decode("utf-8", errors="replace")
+        text = self.read_new().decode("utf-8", errors="replace")
         return [line for line in re.split(r"[\r\n]+", text) if line.strip()]
 
 
