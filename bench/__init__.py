@@ -36,6 +36,8 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
+PYTHON = sys.executable
+
 # How often the watchers look at the disk: the resolution of every "when did it appear".
 WATCH_INTERVAL_S = 0.05
 # Two shared CPU cores: a trainer's start or a server's imports can take a minute.
@@ -235,6 +237,47 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval
         time.sleep(interval_s)
 
 
+def wait_quiet(pids: Sequence[int], threshold_percent: float = 10.0, window_s: float = 1.0, timeout_s: float = 60.0) -> float:
+    """Waits until these processes (and their children) use under `threshold_percent` of
+    one core over a window: a server that answered may still be busy finishing its start.
+    Returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        tree = [member for pid in pids for member in process_tree(pid)]
+        before = cpu_seconds(tree)
+        time.sleep(window_s)
+        if 100.0 * (cpu_seconds(tree) - before) / window_s < threshold_percent:
+            break
+    return time.monotonic() - started
+
+
+_START_TIME_OFFSET: float | None = None
+
+
+def process_start_offset() -> float:
+    """How far psutil's create_time() sits from time.time() at the spawn.
+
+    create_time() adds the process's start tick to the boot time, which the kernel gives in
+    whole seconds, so it can be off by up to a second; measured once on throwaway processes
+    and subtracted, it puts the trainer's start on the same clock as the clicks."""
+    global _START_TIME_OFFSET
+    if _START_TIME_OFFSET is None:
+        offsets = []
+        for _ in range(5):
+            before = time.time()
+            probe = subprocess.Popen(["sleep", "0.2"])
+            after = time.time()
+            offsets.append(psutil.Process(probe.pid).create_time() - (before + after) / 2)
+            probe.wait()
+        _START_TIME_OFFSET = statistics.median(offsets)
+    return _START_TIME_OFFSET
+
+
+def process_started_at(create_time: float | None) -> float | None:
+    """A process's create_time() on the time.time() clock."""
+    return None if create_time is None else create_time - process_start_offset()
+
+
 def helpers_settled(server_pid: int, timeout_s: float = 120.0) -> float:
     """Waits until a freshly started server has no helper processes left (the doctor's
     torch probe, LLaMA-Factory's argument check), so they do not load a measurement.
@@ -289,7 +332,7 @@ def demo_config(workdir: Path) -> DemoConfig:
 
 @dataclass
 class TrainerResult:
-    wall_s: float  # process start (kernel's start time) to exit
+    wall_s: float  # process start (kernel's start time, see process_started_at) to exit
     exit_code: int | None
     train_runtime_s: float | None  # the trainer's own timing of its training loop
     first_loss_after_start_s: float | None  # first loss line in trainer_log.jsonl, from process start
@@ -331,7 +374,7 @@ def run_cli_trainer(demo: DemoConfig, run_dir: Path) -> TrainerResult:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    started = psutil.Process(process.pid).create_time()
+    started = process_started_at(psutil.Process(process.pid).create_time())
     watcher.start()
     try:
         exit_code = process.wait(timeout=TRAINER_TIMEOUT_S)
@@ -455,6 +498,7 @@ def rocboard_server(workdir: Path):
 
     class TimedAppServer(AppServer):
         serving_after_s: float | None = None
+        announced_after_s: float | None = None  # it printed its URL: page built, launch begins
 
         def start(self) -> "TimedAppServer":
             self.gradio_temp.mkdir(parents=True, exist_ok=True)
@@ -463,7 +507,13 @@ def rocboard_server(workdir: Path):
                 self.process = subprocess.Popen(
                     self.command(), cwd=ROOT, env=self.environment(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
                 )
-            wait_for(self._answers, SERVER_START_TIMEOUT_S, f"RocBoard on port {self.port} to answer")
+
+            def serving() -> bool:
+                if self.announced_after_s is None and b"RocBoard: http" in self.stderr_path.read_bytes():
+                    self.announced_after_s = time.monotonic() - spawned
+                return self._answers()
+
+            wait_for(serving, SERVER_START_TIMEOUT_S, f"RocBoard on port {self.port} to answer")
             self.serving_after_s = time.monotonic() - spawned
             return self
 
@@ -569,7 +619,10 @@ class LlamaBoardServer:
     def start(self) -> "LlamaBoardServer":
         from backend.launcher import llamafactory_cli
 
+        cli = llamafactory_cli()
         env = dict(os.environ)
+        # LlamaBoard starts its trainer as plain `llamafactory-cli`, found on PATH.
+        env["PATH"] = os.pathsep.join([str(Path(cli).parent), env.get("PATH", "")])
         env.update(
             GRADIO_SERVER_PORT=str(self.port),
             GRADIO_SERVER_NAME="127.0.0.1",
@@ -582,7 +635,7 @@ class LlamaBoardServer:
         spawned = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [llamafactory_cli(), "webui"], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [cli, "webui"], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         wait_for(self._answers, SERVER_START_TIMEOUT_S, f"LlamaBoard on port {self.port} to answer")
         self.serving_after_s = time.monotonic() - spawned
