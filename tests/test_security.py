@@ -355,7 +355,10 @@ def test_every_backend_call_that_takes_a_run_id_refuses_a_hostile_one(board, tmp
             pytest.fail(f"{name}({run_id!r}) accepted it")
     if hasattr(board, "resume"):
         assert not board.resume(run_id).started
-    assert board.store.read_form(run_id) == {}
+    try:
+        assert board.store.read_form(run_id) == {}
+    except RunNotFound:
+        pass  # refused outright: as good as nothing read
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [PLANTED_RUN]
 
 
