@@ -178,6 +178,7 @@ _EN: dict[str, str] = {
     # progress bar
     "progress.loading": "Loading the model and data; the first step is on its way…",
     "progress.none": "No run yet.",
+    "progress.no_steps": "The run ended before its first training step.",
     "progress.step": "Step {step} / {total}",
     "progress.elapsed": "elapsed {elapsed}",
     "progress.eta": "ETA {eta}",
@@ -485,6 +486,7 @@ _ZH_CN: dict[str, str] = {
     "reason.stopped_on_nan": "损失出现 NaN/inf，已停止（已开启“遇 NaN 停止”）。",
     "progress.loading": "正在加载模型和数据，第一步即将开始…",
     "progress.none": "尚无运行。",
+    "progress.no_steps": "运行在第一个训练步之前就结束了。",
     "progress.step": "第 {step} / {total} 步",
     "progress.elapsed": "已用时 {elapsed}",
     "progress.eta": "预计剩余 {eta}",
