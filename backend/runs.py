@@ -96,7 +96,9 @@ class RunStore:
         if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or run_id in (".", ".."):
             raise RunNotFound(f"not a run id: {run_id!r}")
         path = self.root / run_id
-        if not (path / STATE_FILE).is_file():
+        # A run directory is a real directory inside the runs dir: a symlink planted there
+        # (pointing anywhere) is not a run, so no download or delete can act outside.
+        if path.is_symlink() or not (path / STATE_FILE).is_file():
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return path
 
@@ -152,7 +154,7 @@ class RunStore:
             return []
         states = []
         for entry in self.root.iterdir():
-            if entry.name.startswith(".") or not (entry / STATE_FILE).is_file():
+            if entry.name.startswith(".") or entry.is_symlink() or not (entry / STATE_FILE).is_file():
                 continue
             try:
                 states.append(self.read(entry.name))

@@ -133,9 +133,11 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
         return None, [Finding(FILE_KEY, f"The file is {size:,} bytes; a training config is a few kB (limit {max_bytes:,}).", "Import the training YAML itself, not a dataset or a log.", rule="yaml-too-large")]
     if not text.strip():
         return None, [Finding(FILE_KEY, "The file is empty.", "Paste or pick a LLaMA-Factory training YAML.", rule="yaml-empty")]
-    loader = _LlamaFactoryLoader(text)
-    loader.duplicates = []
+    loader = None
     try:
+        # The reader rejects control characters as soon as it is built: inside the try.
+        loader = _LlamaFactoryLoader(text)
+        loader.duplicates = []
         data = loader.get_single_data()
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
@@ -143,7 +145,8 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
         what = getattr(error, "problem", None) or str(error).splitlines()[0]
         return None, [Finding(FILE_KEY, f"This is not valid YAML{at}: {what}.", "Fix the syntax there (indent with spaces, `key: value` on each line).", rule="yaml-syntax")]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single {type(data).__name__} value"
         return None, [Finding(FILE_KEY, f"The file holds {kind}, not a mapping of keys to values.", "A training YAML has one `key: value` per line, e.g. `learning_rate: 1.0e-4`.", rule="yaml-not-mapping")]

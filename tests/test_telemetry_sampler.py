@@ -181,7 +181,7 @@ def test_detection_runs_on_the_thread_and_the_pid_reaches_the_process_source(mon
     empty = tmp_path / "no-sys"
     real_detect = detect.detect_sources
     monkeypatch.setattr(
-        detect, "detect_sources", lambda pid_provider: real_detect(empty, {"PATH": str(tmp_path)}, pid_provider)
+        detect, "detect_sources", lambda sysfs_root=None, pid_provider=None: real_detect(empty, {"PATH": str(tmp_path)}, pid_provider)
     )
     sampler = Sampler(interval_s=0.05)
     assert sampler.source_name == "detecting"

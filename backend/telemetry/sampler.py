@@ -206,7 +206,7 @@ class Sampler:
         if self._given_sources is None:
             from backend.telemetry.detect import detect_sources  # detection needs the sampler's pid
 
-            sources, statuses = detect_sources(self.sysfs_root, pid_provider=lambda: self._pid)
+            sources, statuses = detect_sources(sysfs_root=self.sysfs_root, pid_provider=lambda: self._pid)
         else:
             sources, statuses = [], []
             for source in self._given_sources:
