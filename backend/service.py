@@ -339,11 +339,18 @@ class RocBoard:
         """The YAML with every mechanical fix applied, and what is still wrong with it."""
         from backend.yaml_import import apply_fixes, dump_yaml
 
-        first = self.import_yaml(text, preset_id)
-        if not first.args:
-            return text, first
-        fixed = dump_yaml(apply_fixes(first.args, first.findings))
-        return fixed, self.import_yaml(fixed, preset_id)
+        result = self.import_yaml(text, preset_id)
+        if not result.args:
+            return text, result
+        fixed = text
+        # One fix can uncover the next (bf16 and fp16 both on -> bf16 on a card without it):
+        # apply until nothing mechanical is left, a few rounds at most.
+        for _ in range(4):
+            if not result.fixable:
+                break
+            fixed = dump_yaml(apply_fixes(result.args, result.findings))
+            result = self.import_yaml(fixed, preset_id)
+        return fixed, result
 
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         """A YAML file to download (in the temp export dir) and the shell lines that run it."""

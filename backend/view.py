@@ -98,8 +98,11 @@ def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | N
 def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
     progress = progress_of(snapshot) if snapshot else None
     if progress is None:
-        waiting = snapshot is not None and snapshot.run.active
-        return _bar(0.0, t("progress.loading" if waiting else "progress.none", locale))
+        if snapshot is None:
+            key = "progress.none"
+        else:
+            key = "progress.loading" if snapshot.run.active else "progress.no_steps"
+        return _bar(0.0, t(key, locale))
     parts = [t("progress.step", locale, step=progress.step, total=progress.total), f"{progress.percent:.0f} %"]
     if progress.elapsed:
         parts.append(t("progress.elapsed", locale, elapsed=progress.elapsed))

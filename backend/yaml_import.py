@@ -193,8 +193,9 @@ def form_values_from_args(args: dict[str, Any]) -> dict[str, Any]:
         elif form_field == "max_steps" and isinstance(value, int) and not isinstance(value, bool) and value == -1:
             value = 0  # LLaMA-Factory's -1 and the form's 0 both mean "train by epochs"
         values[form_field] = value
-    if any(key in args for key in PRECISION_KEYS):
-        values["precision"] = "bf16" if args.get("bf16") is True or args.get("pure_bf16") is True else "fp16" if args.get("fp16") is True else "fp32"
+    # Without bf16/fp16 LLaMA-Factory trains in fp32: the form must say so too, not keep
+    # its own default.
+    values["precision"] = "bf16" if args.get("bf16") is True or args.get("pure_bf16") is True else "fp16" if args.get("fp16") is True else "fp32"
     if "disable_gradient_checkpointing" in args:
         values["gradient_checkpointing"] = args["disable_gradient_checkpointing"] is not True
     return values

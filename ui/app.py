@@ -34,9 +34,16 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 build_doctor_tab(board, texts, locale_state)
         runs_tab.select(refresh_runs, None, None)
 
+        def run_panel(run_id, locale: str) -> list:
+            outputs = train.render(run_id, None, locale)
+            if run_id is None:  # the idle texts were written in English when the page was built
+                outputs[0] = view.status_markdown(None, locale=locale)
+                outputs[2] = view.progress_html(None, locale)
+            return outputs
+
         def relabel(locale: str, run_id, _version):
             """Every label in `locale`, and the run panel redrawn in it."""
-            return [locale, *texts.updates(locale), *train.render(run_id, None, locale)]
+            return [locale, *texts.updates(locale), *run_panel(run_id, locale)]
 
         language.change(relabel, [language, train.watched_run, train.shown_version], [locale_state, *texts.widgets, *train.run_outputs])
 
@@ -45,12 +52,12 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             locale = pick_locale(request.headers.get("accept-language") if request else None, None)
             run = board.run_to_show()
             run_id = run.id if run else None
-            outputs = train.render(run_id, None, locale) if run_id else [gr.skip()] * len(train.run_outputs)
+            outputs = run_panel(run_id, locale)
             if run is not None:
                 outputs[-1] = gr.Timer(active=run.active)
             return [locale, locale, run_id, *texts.updates(locale), *outputs]
 
-        page.load(on_load, None, [locale_state, language, train.watched_run, *texts.widgets, *train.run_outputs])
+        page.load(on_load, None, [locale_state, language, train.watched_run, *texts.widgets, *train.run_outputs], show_progress="hidden")
     return page
 
 

@@ -112,7 +112,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             loss_chart = texts.label(gr.Plot(label=texts("label.loss_chart"), elem_id="loss-chart"), "label.loss_chart")
             memory_chart = texts.label(gr.Plot(label=texts("label.memory_chart"), elem_id="memory-chart"), "label.memory_chart")
             gpu_table = gr.Markdown("", elem_id="gpu-table")
-            download = texts.value(
+            # A DownloadButton's words are its label; its value is the file.
+            download = texts.label(
                 gr.DownloadButton(texts("button.download"), value=None, interactive=False, elem_id="download"), "button.download"
             )
             with texts.label(gr.Accordion(texts("accordion.preview"), open=False), "accordion.preview") as preview_panel:
@@ -137,7 +138,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
         return [*updates, board.preset_notes(preset_id), board.doctor_blockers_markdown(preset_id)]
 
-    fields["preset"].change(on_preset, fields["preset"], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
+    # .input, not .change: filling the form must not re-fire when the value is set by code.
+    fields["preset"].input(on_preset, fields["preset"], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
