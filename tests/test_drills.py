@@ -202,7 +202,10 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             assert read_state(run_dir)["state"] == "stopped"
             # The stop was graceful: the trainer finished the checkpoint it was writing and
             # saved its adapter and state where it stopped.
-            assert checkpoint_info(writing) is not None and latest_checkpoint(run_dir) == writing
+            # (On a loaded machine the trainer may reach the next save before the stop lands.)
+            latest = latest_checkpoint(run_dir)
+            assert checkpoint_info(writing) is not None and latest is not None
+            assert checkpoint_info(latest) is not None and checkpoint_info(latest).step >= checkpoint_info(writing).step
             saved_step = json.loads((output / "trainer_state.json").read_text())["global_step"]
             assert saved_step >= checkpoint_info(writing).step
             assert (output / "adapter_model.safetensors").stat().st_mtime >= (writing / "trainer_state.json").stat().st_mtime
