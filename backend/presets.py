@@ -35,6 +35,7 @@ class HardwarePreset:
     qlora_bits: tuple[int, ...]  # quantization bits offered (4, 8); empty = no QLoRA
     order: int = 100  # position in the dropdown
     notes: str = ""
+    notes_zh: str = ""  # the notes in Simplified Chinese
     use_cpu: bool = False  # the trainer runs on the CPU (the demo preset)
 
     def form_values(self) -> dict[str, Any]:
@@ -112,6 +113,7 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
             qlora_bits=tuple(int(b) for b in (data.get("qlora_bits") or ())),
             order=int(data.get("order", 100)),
             notes=str(data.get("notes", "")),
+            notes_zh=str(data.get("notes_zh", "")),
             use_cpu=_boolean(data.get("use_cpu", False), "use_cpu"),
         )
     except (TypeError, ValueError) as error:

@@ -562,18 +562,22 @@ class RocBoard:
         self._unwatch_if(run_id)
         return self.snapshot(run_id)
 
-    def preset_notes(self, preset_id: str) -> str:
+    def preset_notes(self, preset_id: str, locale: str = "en") -> str:
+        """One line on the preset's hardware, and its notes, in the page's language."""
+        from backend.i18n import translate
+
         preset = self.preset(preset_id)
         if preset is None:
             return ""
         parts = [f"`{preset.gfx_target}`"]
         if preset.vram_gb:
             parts.append(f"{preset.vram_gb:g} GB × {preset.devices_per_node}")
-        parts.append("bf16" if preset.bf16 else "no bf16 (fp16)")
+        parts.append(translate("preset.bf16" if preset.bf16 else "preset.no_bf16", locale))
         if preset.env:
             parts.append("env: " + ", ".join(f"`{k}={v}`" for k, v in preset.env))
         text = " · ".join(parts)
-        return f"{text}  \n{preset.notes}" if preset.notes else text
+        notes = preset.notes_zh if locale.startswith("zh") and preset.notes_zh else preset.notes
+        return f"{text}  \n{notes}" if notes else text
 
     # --- the doctor, gathered once in the background -----------------------------------
 

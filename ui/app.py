@@ -41,13 +41,17 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 outputs[2] = view.progress_html(None, locale)
             return outputs
 
-        def relabel(locale: str, run_id, _version):
+        def relabel(locale: str, run_id, preset_id: str):
             """Every label in `locale`, and the run panel redrawn in it."""
-            return [locale, *texts.updates(locale), *run_panel(run_id, locale)]
+            return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), *run_panel(run_id, locale)]
 
-        language.change(relabel, [language, train.watched_run, train.shown_version], [locale_state, *texts.widgets, *train.run_outputs])
+        language.change(
+            relabel,
+            [language, train.watched_run, train.fields["preset"]],
+            [locale_state, *texts.widgets, train.preset_notes, *train.run_outputs],
+        )
 
-        def on_load(request: gr.Request):
+        def on_load(preset_id: str, request: gr.Request):
             """A new tab: the browser's language, and the active (or latest) run with its full charts."""
             locale = pick_locale(request.headers.get("accept-language") if request else None, None)
             run = board.run_to_show()
@@ -55,9 +59,14 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             outputs = run_panel(run_id, locale)
             if run is not None:
                 outputs[-1] = gr.Timer(active=run.active)
-            return [locale, locale, run_id, *texts.updates(locale), *outputs]
+            return [locale, locale, run_id, *texts.updates(locale), board.preset_notes(preset_id, locale), *outputs]
 
-        page.load(on_load, None, [locale_state, language, train.watched_run, *texts.widgets, *train.run_outputs], show_progress="hidden")
+        page.load(
+            on_load,
+            train.fields["preset"],
+            [locale_state, language, train.watched_run, *texts.widgets, train.preset_notes, *train.run_outputs],
+            show_progress="hidden",
+        )
     return page
 
 

@@ -33,6 +33,7 @@ class TrainTab:
     run_outputs: list[Any]
     timer: Any
     render: Any  # (run_id, last_version, locale, stop_on_nan) -> updates for run_outputs
+    preset_notes: Any
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
@@ -133,13 +134,13 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         messages = view.field_messages(findings, ALL_FIELDS)
         return [gr.update(info=messages[name] or None) for name in ALL_FIELDS]
 
-    def on_preset(preset_id: str):
+    def on_preset(preset_id: str, locale: str):
         values = board.form_for_preset(preset_id)
         updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
-        return [*updates, board.preset_notes(preset_id), board.doctor_blockers_markdown(preset_id)]
+        return [*updates, board.preset_notes(preset_id, locale), board.doctor_blockers_markdown(preset_id)]
 
     # .input, not .change: filling the form must not re-fire when the value is set by code.
-    fields["preset"].input(on_preset, fields["preset"], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
+    fields["preset"].input(on_preset, [fields["preset"], locale_state], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
@@ -224,4 +225,4 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     stop_button.click(on_stop, [watched_run, locale_state], run_outputs, concurrency_limit=1, concurrency_id="stop")
     timer.tick(render, [watched_run, shown_version, locale_state, stop_on_nan], run_outputs, show_progress="hidden", queue=False)
-    return TrainTab(fields, watched_run, shown_version, run_outputs, timer, render)
+    return TrainTab(fields, watched_run, shown_version, run_outputs, timer, render, preset_notes)
