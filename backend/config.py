@@ -128,6 +128,8 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
         plot_loss=True,
         overwrite_output_dir=True,
         report_to="none",
+        # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
+        include_num_input_tokens_seen=True,
         per_device_train_batch_size=training.per_device_train_batch_size,
         gradient_accumulation_steps=training.gradient_accumulation_steps,
         learning_rate=training.learning_rate,

@@ -65,6 +65,7 @@ WRITTEN_BY_ROCBOARD = frozenset(
         "lr_scheduler_type", "warmup_ratio", "seed", "quantization_method", "trust_remote_code",
         "use_cpu", "max_samples", "overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers",
         "logging_dir", "save_total_limit", "save_only_model", "ddp_timeout", "resume_from_checkpoint",
+        "include_num_input_tokens_seen",
     }
 )
 FLASH_ATTN_CHOICES = ("auto", "disabled", "sdpa", "fa2", "fa3")

@@ -22,6 +22,7 @@ def test_form_to_yaml_has_the_keys_llamafactory_reads():
     assert args["output_dir"] == "/runs/x/output"
     assert args["stage"] == "sft" and args["do_train"] is True
     assert "use_cpu" not in args
+    assert args["include_num_input_tokens_seen"] is True  # tokens/s on the page
     assert "disable_gradient_checkpointing" not in args
 
 
