@@ -114,8 +114,9 @@ def conditions_line(c: dict[str, Any]) -> str:
     )
 
 
-def goal_row(figure: str, goal: str, measured: str, met: bool | None) -> dict[str, Any]:
-    """One line of a section's table in BENCHMARKS.md (met None: no goal, a figure only)."""
+def goal_row(figure: str, goal: str, measured: str, met: bool | str | None) -> dict[str, Any]:
+    """One line of a section's table in BENCHMARKS.md (met None: no goal, a figure only;
+    a string: the bench could not decide, and says why)."""
     return {"figure": figure, "goal": goal, "measured": measured, "met": met}
 
 

@@ -56,16 +56,22 @@ HISTORY_POINTS = 30
 LONG_HISTORY_POINTS = 20_000
 
 
+# The page's refresh requests so far (Gradio sends a timer tick, queue=False, to run/predict).
+TICKS_JS = "() => performance.getEntriesByType('resource').filter(e => e.name.includes('run/predict')).length"
+
+
 def open_tab(browser: Any, url: str, points: int) -> tuple[Any, Any]:
     context = browser.new_context()
     page = context.new_page()
     page.goto(url)
+    page.evaluate("() => performance.setResourceTimingBufferSize(100000)")  # count every tick
     page.wait_for_function(f"() => ({LOSS_CHART_POINTS_JS})() >= {points}", polling=100, timeout=120_000)
     return context, page
 
 
-def watch_cpu(server_pid: int, seconds: float, trainer_log: Path | None = None, first_step: int = 0, total_steps: int = 0) -> CpuMeter:
+def watch_cpu(server_pid: int, seconds: float, trainer_log: Path | None = None, first_step: int = 0, total_steps: int = 0, page: Any = None) -> dict[str, float]:
     """The web process's CPU while one tab watches; with trainer_log, one line a second."""
+    ticks_before = page.evaluate(TICKS_JS) if page is not None else 0
     with CpuMeter(server_pid) as meter:
         deadline = time.monotonic() + seconds
         step = first_step
@@ -75,30 +81,31 @@ def watch_cpu(server_pid: int, seconds: float, trainer_log: Path | None = None, 
                     log.write(trainer_log_line(step, total_steps))
                 step += 1
             time.sleep(1.0)
-    return meter
+    figures = meter_figures(meter)
+    if page is not None:
+        figures["ticks"] = page.evaluate(TICKS_JS) - ticks_before
+    return figures
 
 
 def steady_watch(workdir: Path, browser: Any, server: Any, runs_dir: Path, seconds: float, long_history: bool) -> dict[str, Any]:
-    figures: dict[str, Any] = {"no_tab": meter_figures(watch_cpu(server.process.pid, seconds))}
+    figures: dict[str, Any] = {"no_tab": watch_cpu(server.process.pid, seconds)}
     run_id, trainer_log, stand_in = fake_run(runs_dir, HISTORY_POINTS, active=True)
     figures["snapshot_ms"] = snapshot_cost(runs_dir, run_id)
     try:
-        context, _ = open_tab(browser, server.url, HISTORY_POINTS)
+        context, page = open_tab(browser, server.url, HISTORY_POINTS)
         time.sleep(2.0)  # past the tab's first renders
-        figures["idle"] = meter_figures(watch_cpu(server.process.pid, seconds))
-        figures["one_line_per_s"] = meter_figures(watch_cpu(server.process.pid, seconds, trainer_log, HISTORY_POINTS + 1, HISTORY_POINTS * 10))
+        figures["idle"] = watch_cpu(server.process.pid, seconds, page=page)
+        figures["one_line_per_s"] = watch_cpu(server.process.pid, seconds, trainer_log, HISTORY_POINTS + 1, HISTORY_POINTS * 10, page=page)
         context.close()
     finally:
         kill_tree(stand_in.pid)
     if long_history:
         run_id, trainer_log, stand_in = fake_run(runs_dir, LONG_HISTORY_POINTS, active=True)
         try:
-            context, _ = open_tab(browser, server.url, 100)
+            context, page = open_tab(browser, server.url, 100)
             time.sleep(2.0)
-            figures["idle_long"] = meter_figures(watch_cpu(server.process.pid, seconds))
-            figures["one_line_per_s_long"] = meter_figures(
-                watch_cpu(server.process.pid, seconds, trainer_log, LONG_HISTORY_POINTS + 1, LONG_HISTORY_POINTS * 2)
-            )
+            figures["idle_long"] = watch_cpu(server.process.pid, seconds, page=page)
+            figures["one_line_per_s_long"] = watch_cpu(server.process.pid, seconds, trainer_log, LONG_HISTORY_POINTS + 1, LONG_HISTORY_POINTS * 2, page=page)
             context.close()
         finally:
             kill_tree(stand_in.pid)
@@ -175,7 +182,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 1 if quick else 3
-    watch_seconds = 8.0 if quick else 20.0
+    watch_seconds = 8.0 if quick else 15.0
     order = ["cli", "rocboard"] if quick else ["cli", "rocboard", "rocboard", "cli", "cli", "rocboard"]
     result: dict[str, Any] = {"name": "overhead", "conditions": conditions(), "order": order, "rounds": rounds}
     cli_runs: list[dict[str, Any]] = []
@@ -234,10 +241,22 @@ def summarize(result: dict[str, Any]) -> None:
         server_peak_rss_mib=peak_rss,
     )
     all_finished = all(r["exit_code"] == 0 for r in cli) and all(r["state"] == "finished" for r in board)
+    # The machine's own run-to-run noise, from the CLI runs alone: a ratio closer to 1 than
+    # this cannot be told from 1, either way.
+    noise = (cli_wall["max"] - cli_wall["min"]) / (2 * cli_wall["median"]) if cli_wall["n"] > 1 else None
+    result["cli_noise"] = noise
+    if not all_finished:
+        verdict: bool | str = False
+    elif noise is not None and noise > OVERHEAD_GOAL - 1 and abs(ratio - 1) <= noise:
+        verdict = f"not resolvable here (noise ±{100 * noise:.0f} %)"
+    else:
+        verdict = ratio <= OVERHEAD_GOAL
+    result["verdict"] = verdict
     result["goals"] = [
         goal_row("demo run wall time, `llamafactory-cli train` alone", "-", show(cli_wall, "s", digits=1), None),
         goal_row("demo run wall time, RocBoard watching (1 tab, 1 s refresh)", "-", show(board_wall, "s", digits=1), None),
-        goal_row("RocBoard / CLI, wall time (medians)", "<= 1.02", f"{ratio:.3f}" + ("" if all_finished else " (a run did not finish)"), ratio <= OVERHEAD_GOAL and all_finished),
+        goal_row("RocBoard / CLI, wall time (medians)", "<= 1.02", f"{ratio:.3f}" + ("" if all_finished else " (a run did not finish)"), verdict),
+        goal_row("run-to-run noise of the CLI runs alone (half their range)", "-", f"±{100 * noise:.1f} %" if noise is not None else "n/a (one run)", None),
         goal_row("RocBoard / CLI, trainer's own train_runtime (medians)", "-", f"{loop_ratio:.3f}" if loop_ratio else "n/a", None),
         goal_row("web process CPU with no tab open (Gradio/uvicorn idle)", "-", f"{watch['no_tab']['cpu_percent']:.2f} %", None),
         goal_row("web process CPU while watching, apart from chart rendering (log not growing)", "< 1 % of one core", f"{idle['cpu_percent']:.2f} %", idle["cpu_percent"] < WATCH_CPU_GOAL_PERCENT),
@@ -279,15 +298,22 @@ def report(result: dict[str, Any]) -> str:
 
     def watch_line(name: str, label: str) -> str:
         w = watch[name]
-        return f"  {label:<58} web {w['cpu_percent']:5.2f} % of one core ({w['cpu_s'] * 1000:.0f} ms CPU over {w['wall_s']:.0f} s), tab {w['browser_cpu_percent']:.1f} %, RSS {w['peak_rss_mib']:.0f} MiB"
+        ticks = w.get("ticks")
+        per_tick = f", {ticks} refreshes, {1000 * w['cpu_s'] / ticks:.1f} ms CPU each" if ticks else ""
+        return (
+            f"  {label:<58} web {w['cpu_percent']:5.2f} % of one core ({w['cpu_s'] * 1000:.0f} ms CPU over {w['wall_s']:.0f} s{per_tick}),"
+            f" tab {w['browser_cpu_percent']:.1f} %, RSS {w['peak_rss_mib']:.0f} MiB"
+        )
 
     lines = [
         f"Dashboard overhead on the demo run ({result['demo_steps']} steps), order {' '.join(result['order'])}:",
         *runs,
         f"  CLI alone:          wall {show(result['cli_wall'], 's', digits=1)}; train_runtime {show(result['cli_train_runtime'], 's', digits=1)}",
         f"  RocBoard watching:  wall {show(result['rocboard_wall'], 's', digits=1)}; train_runtime {show(result['rocboard_train_runtime'], 's', digits=1)}",
-        f"  ratio of medians: wall {result['wall_ratio']:.3f} -> {'OK' if result['wall_ratio'] <= OVERHEAD_GOAL else 'NOT'} <= {OVERHEAD_GOAL}"
-        + (f"; train_runtime {result['train_runtime_ratio']:.3f}" if result["train_runtime_ratio"] else ""),
+        f"  ratio of medians: wall {result['wall_ratio']:.3f}"
+        + (f"; train_runtime {result['train_runtime_ratio']:.3f}" if result["train_runtime_ratio"] else "")
+        + (f"; the CLI runs alone vary by ±{100 * result['cli_noise']:.1f} %" if result.get("cli_noise") is not None else ""),
+        "  -> " + (("OK" if result["verdict"] else "NOT") + f" <= {OVERHEAD_GOAL}" if isinstance(result["verdict"], bool) else f"{result['verdict']}: this machine cannot resolve {100 * (OVERHEAD_GOAL - 1):.0f} %"),
         f"  web process during the RocBoard runs: CPU {show(result['server_cpu_during_runs'], '%', digits=1)} of one core;"
         f" peak RSS {result['server_peak_rss_mib']:.0f} MiB; the tab (Chromium) {show(result['browser_cpu_during_runs'], '%', digits=1)}",
         f"  the idle web process during the CLI runs (no tab open): {[round(v, 2) for v in result['idle_server_cpu_percent_during_cli']]} % CPU",
@@ -303,10 +329,17 @@ def report(result: dict[str, Any]) -> str:
             watch_line("one_line_per_s_long", f"{LONG_HISTORY_POINTS:,}-point run, 1 new line/s"),
         ]
     idle = watch["idle"]["cpu_percent"]
-    per_tick_ms = 10.0 * (idle - watch["no_tab"]["cpu_percent"])  # percent of one core at 1 tick/s -> ms per tick
+    extra_ms = 1000 * (watch["idle"]["cpu_s"] - watch["no_tab"]["cpu_s"] * watch["idle"]["wall_s"] / watch["no_tab"]["wall_s"])
+    ticks = watch["idle"].get("ticks") or 0
+    if ticks:
+        lines.append(
+            f"  one refresh that finds nothing new adds ~{extra_ms / ticks:.1f} ms CPU to the web process (watching minus no tab, per refresh);"
+            f" RocBoard's own part of it (RocBoard.snapshot) {show(watch['snapshot_ms'], 'ms', digits=2)}; the rest is Gradio handling"
+            " the timer event (its 4 inputs and 10 outputs)"
+        )
     lines.append(
-        f"  one 1 s refresh that finds nothing new costs the web process ~{per_tick_ms:.1f} ms CPU (watching minus no tab);"
-        f" RocBoard's own part of it (RocBoard.snapshot) {show(watch['snapshot_ms'], 'ms', digits=2)}, the rest is Gradio's event handling"
+        "  (the tab's CPU lands on the training machine only when the browser runs there, as in this bench;"
+        " a browser on a laptop, through an SSH tunnel, takes it elsewhere)"
     )
     lines.append(f"  apart from chart rendering: {idle:.2f} % -> {'OK' if idle < WATCH_CPU_GOAL_PERCENT else 'NOT'} under {WATCH_CPU_GOAL_PERCENT:g} % of one core")
     lines.append(f"Conditions: {conditions_line(result['conditions'])}")

@@ -82,7 +82,10 @@ def goal_rows_for(key: str, result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def met_text(met: bool | None) -> str:
+def met_text(met: bool | str | None) -> str:
+    """yes / no, "-" for a figure without a goal, or a bench's own word (e.g. not resolvable)."""
+    if isinstance(met, str):
+        return met
     return "-" if met is None else ("yes" if met else "**no**")
 
 
@@ -102,7 +105,7 @@ def markdown(outcomes: list[dict[str, Any]], started: datetime, seconds: float, 
     from bench import conditions_line
 
     goals = [dict(row, section=title.split(".")[0]) for outcome, (_, title, _) in zip(outcomes, SECTIONS) for row in outcome["goals"] if row["met"] is not None]
-    met = sum(1 for row in goals if row["met"])
+    met = sum(1 for row in goals if row["met"] is True)
     lines = [
         "# RocBoard benchmarks",
         "",
