@@ -94,9 +94,10 @@ def test_chinese_diagnoses_keep_the_commands_and_variables_of_the_english() -> N
 
 def _rule_names_in(path: Path) -> set[str]:
     """Rule names a module gives its findings: `rule="..."` keywords, and the rule argument of
-    checks.py's helpers `_finding(key, problem, fix, rule)` and `_range(..., rule, fix_value)`."""
+    checks.py's helpers `_finding(key, problem, fix, rule)` and `_range(..., rule, fix_value)`
+    and of distributed.check_plan's `problem(key, what, fix, rule, severity)`."""
     names: set[str] = set()
-    positions = {"_finding": 3, "_range": 5}
+    positions = {"_finding": 3, "_range": 5, "problem": 3}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.Call):
             continue
@@ -112,7 +113,17 @@ def _rule_names_in(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["backend/checks.py", "backend/config.py", "backend/service.py"])
+RULE_MODULES = [
+    "backend/checks.py",
+    "backend/config.py",
+    "backend/service.py",
+    "backend/yaml_import.py",
+    "backend/lf_check.py",
+    "backend/distributed.py",
+]
+
+
+@pytest.mark.parametrize("module", RULE_MODULES)
 def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
     names = _rule_names_in(ROOT / module)
     assert names, f"no rule names found in {module}: has the way rules are named changed?"
@@ -125,6 +136,12 @@ def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
 def test_the_rule_name_reader_sees_every_checks_rule() -> None:
     # The AST reader is what the coverage test relies on; checks.py has ~46 rules.
     assert len(_rule_names_in(ROOT / "backend" / "checks.py")) >= 40
+    yaml_rules = _rule_names_in(ROOT / "backend" / "yaml_import.py")
+    assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-not-in-form"} <= yaml_rules
+    assert _rule_names_in(ROOT / "backend" / "lf_check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
+    # check_plan names its rules positionally, through its local problem() helper.
+    distributed_rules = _rule_names_in(ROOT / "backend" / "distributed.py")
+    assert {"bad-gpu-list", "not-a-number", "bad-strategy", "nproc-over-gpus", "env-overrides-plan"} <= distributed_rules
 
 
 def _bad_input_findings(tmp_path: Path) -> list[Finding]:
@@ -153,6 +170,248 @@ def test_every_real_config_message_is_translated_with_its_values(tmp_path: Path)
                 untranslated.append(f"{finding.rule}.{part}: {english}")
         assert chinese.rule == finding.rule and chinese.key == finding.key and chinese.patch == finding.patch
     assert untranslated == []
+
+
+# --- the YAML import, LLaMA-Factory's own check and the multi-GPU plan -------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures" / "yaml"
+# Values a message carries and a translation must keep: `code`, 'repr'-quoted values, numbers.
+_CODE = re.compile(r"`[^`]+`")
+_QUOTED = re.compile(r"(?<![A-Za-z])'[^'\n]*'(?![A-Za-z])")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _untranslated(findings: list[Finding]) -> list[str]:
+    """Each finding whose problem or fix is not in Chinese, or lost a value of the English."""
+    from backend.yaml_import import FILE_KEY
+
+    wrong = []
+    for finding in findings:
+        chinese = translate_finding(finding, "zh-CN")
+        assert (chinese.rule, chinese.key, chinese.severity, chinese.patch) == (finding.rule, finding.key, finding.severity, finding.patch)
+        for part in ("problem", "fix"):
+            english, text = getattr(finding, part), getattr(chinese, part)
+            if CATALOGUE["zh-CN"].get(f"check.{finding.rule}.{part}") == "{fix}":
+                continue  # the memory estimate's composed fix is passed through as written
+            if text == english or not CJK.search(text):
+                wrong.append(f"{finding.rule}.{part} not translated: {english}")
+                continue
+            values = _CODE.findall(english) + _QUOTED.findall(english) + _NUMBER.findall(english)
+            if finding.key != FILE_KEY and re.search(rf"(?<![\w-]){re.escape(finding.key)}(?![\w-])", english):
+                values.append(finding.key)
+            lost = [value for value in values if value not in text]
+            if lost:
+                wrong.append(f"{finding.rule}.{part} lost {lost}: {english} -> {text}")
+    return wrong
+
+
+def _billion_laughs(levels: int = 6, width: int = 10) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * width)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+# Bad YAML the import must explain, one or more of each of its rules (and each wording).
+CRAFTED_YAML: list[tuple[str, str | None]] = [
+    ("", "rx7900xtx"),  # empty
+    ("   \n\n", "rx7900xtx"),  # blank
+    ("\x00\x01\x02PK\x03\x04\x89PNG\r\n\x1a\n", "rx7900xtx"),  # binary junk
+    ("- learning_rate: 1e-4\n- bf16: true\n", "rx7900xtx"),  # a list
+    ("42\n", "rx7900xtx"),  # a single value
+    ("learning_rate 1e-4\n", "rx7900xtx"),  # a single string (missing colon)
+    ("# only a comment\n", "rx7900xtx"),  # nothing but comments
+    ("learning_rate: 1e-4\nlearning_rate: 2e-4\ndo_train: true\n", "rx7900xtx"),  # duplicate key
+    ("lerning_rate: 1e-4\ndo_train: true\n", "rx7900xtx"),  # typo key, the real one unset
+    ("lerning_rate: 1e-4\nlearning_rate: 2e-4\n", "rx7900xtx"),  # typo key, the real one set
+    ("completely_made_up: 1\n1: 2\n", "rx7900xtx"),  # no close key; a key that is not text
+    (_billion_laughs(), "rx7900xtx"),  # anchors
+    ("a: 1\n" * 40, None),  # too large for the small limit below (and duplicate keys)
+    # syntax errors, one per wording PyYAML uses
+    ("model_name_or_path: /models/x\n  template: llama3\n", "rx7900xtx"),
+    ("learning_rate: 1e-4\nbf16\n", "rx7900xtx"),
+    ("training:\n\tlearning_rate: 1e-4\n", "rx7900xtx"),
+    ('template: "llama3\n', "rx7900xtx"),
+    ("lora_target:\n  - q_proj\n lora_rank: 8\n", "rx7900xtx"),
+    ("dataset: [alpaca, identity\nbf16: true\n", "rx7900xtx"),
+    ("lora_alpha: {a: 1\n", "rx7900xtx"),
+    ("  stage: sft\ndo_train: true\n", "rx7900xtx"),
+    ("learning_rate: *lr\n", "rx7900xtx"),
+    ("a: &x 1\nb: &x 2\n", "rx7900xtx"),
+    ("? [1]\n: 2\n", "rx7900xtx"),
+    ('dataset_dir: "C:\\data"\n', "rx7900xtx"),
+    ("stage: !!python/object:os.system x\n", "rx7900xtx"),
+    ("stage: sft\n---\nstage: dpo\n", "rx7900xtx"),
+    ("stage: sft\n\x07\n", "rx7900xtx"),
+    # keys and values from other tools and guides
+    ("do_train: true\ndisable_flash_attn: true\n", "rx7900xtx"),
+    ("do_train: true\ndisable_flash_attn: false\n", "rx7900xtx"),
+    ("do_train: true\ncompute_type: bf16\n", "rx7900xtx"),
+    ("do_train: true\ncompute_type: fp16\n", "rx6900xt"),
+    ("do_train: true\ncompute_type: fp32\n", "rx7900xtx"),
+    ("do_train: true\ncompute_type: pure_bf16\n", "rx7900xtx"),
+    ("do_train: true\ncompute_type: half\n", "rx7900xtx"),
+    ("do_train: true\nflash_attn: true\n", "rx7900xtx"),
+    ("do_train: true\nflash_attn: eager\n", "rx7900xtx"),
+    ("do_train: true\nflash_attn: fa1\n", "rx7900xtx"),
+    ("do_train: true\nflash_attn: fa3\n", "rx7900xtx"),
+    ("do_train: true\nddp_backend: rccl\nquantization_device_map: auto\n", "rx7900xtx"),
+    ("do_train: true\nbf16: true\nfp16: true\n", "rx6900xt"),
+    ("do_train: true\nbf16: true\nfp16: true\n", None),
+    ("do_train: false\nstage: dpo\nfinetuning_type: qlora\nlora_rank: abc\n", "rx7900xtx"),
+]
+
+
+def _yaml_findings() -> list[Finding]:
+    from backend.presets import load_presets
+    from backend.yaml_import import import_yaml
+
+    presets, _ = load_presets()
+    files = sorted(FIXTURES.glob("*.yaml"))
+    assert files, "no YAML fixtures"
+    findings: list[Finding] = []
+    for path in files:
+        findings += import_yaml(path.read_text(encoding="utf-8"), presets["rx7900xtx"]).findings
+    for text, preset_id in CRAFTED_YAML:
+        max_bytes = 100 if preset_id is None and text.startswith("a: 1") else 256_000
+        findings += import_yaml(text, presets[preset_id] if preset_id else None, max_bytes).findings
+    return findings
+
+
+def _plan_findings() -> list[Finding]:
+    from dataclasses import replace
+
+    from backend.distributed import DistributedPlan, check_plan, parse_plan_form
+
+    bad_forms: list[tuple[dict, bool]] = [
+        ({"dist_nproc": "two", "dist_gpus": "0,x", "dist_rccl_env": "NCCL_DEBUG INFO", "dist_strategy": "zero9"}, False),
+        ({"dist_master_port": 80, "dist_ddp_timeout_s": 0, "dist_nnodes": "1.5", "dist_node_rank": ""}, False),
+        ({"dist_nnodes": 0, "dist_master_port": "70000", "dist_master_addr": "  "}, False),
+        ({"dist_nnodes": 2, "dist_node_rank": 5, "dist_gpus": "0,0", "dist_nproc": 3, "dist_offload": True}, False),
+        ({"dist_nnodes": 2, "dist_master_addr": "localhost", "dist_gpus": "0-3", "dist_nproc": 2, "dist_rccl_env": "NNODES=4\nHIP_VISIBLE_DEVICES=1"}, False),
+        ({"dist_gpus": "", "dist_nproc": 0, "dist_master_port": "abc"}, False),
+        ({"dist_strategy": "zero3"}, True),
+    ]
+    findings: list[Finding] = []
+    for values, on_cpu in bad_forms:
+        findings += parse_plan_form(values, on_cpu=on_cpu)[1]
+    # What the form cannot produce: a plan built in code.
+    good = DistributedPlan(gpus=(0, 1), nproc=2)
+    findings += check_plan(replace(good, gpus=(-1, 0)))
+    findings += check_plan(replace(good, rccl_env=(("NCCL DEBUG", "INFO"), ("NCCL_DEBUG", "INFO\nWARN"))))
+    findings += check_plan(DistributedPlan(on_cpu=True, gpus=(0,)))
+    return findings
+
+
+def _lf_findings(monkeypatch: pytest.MonkeyPatch) -> list[Finding]:
+    import subprocess
+
+    from backend import lf_check
+
+    args = {"learning_rate": 1e-4, "lerning_rate": 2e-4, "lora_rnak": 16, "zz_made_up": 1, "num_train_epochs": "three", "max_steps": 1.5, "bf16": "maybe", "flash_attn": "fa1", "template": 3}
+    result = {
+        "unknown_keys": ["lerning_rate", "lora_rnak", "zz_made_up"],
+        "bad_values": [
+            {"key": "num_train_epochs", "value": "'three'", "expected": "a number"},
+            {"key": "max_steps", "value": "1.5", "expected": "a whole number"},
+            {"key": "bf16", "value": "'maybe'", "expected": "true or false"},
+            {"key": "template", "value": "3", "expected": "a text value"},
+            {"key": "flash_attn", "value": "'fa1'", "expected": "one of auto, disabled, sdpa, fa2, fa3"},
+            {"key": "lora_rank", "value": "'x'", "expected": "a list of numbers"},  # a wording the worker may add
+        ],
+    }
+    findings = lf_check.findings_from_result(result, args)
+    errors = [
+        "At most one of fp16 and bf16 can be set.",
+        "Invalid fine-tuning method: qlora.",
+        "Quantization is only compatible with the LoRA method.",
+        "Cannot use device map for quantized models in training.",
+        "Please specify dataset for training.",
+        "Please provide `model_name_or_path`.",
+        "--logging_strategy requires non-zero --logging_steps",
+        "--save_strategy requires non-zero --save_steps",
+        "`lora_target` must be given for lora training.",
+        "Something else entirely went wrong.",
+    ]
+    for message in errors:
+        findings += lf_check.findings_from_result({"error": {"type": "ValueError", "message": message}}, {"lora_target": None, "learning_rate": 1e-4})
+
+    # The helper process itself: timed out, crashed, or could not import llamafactory.
+    def timeout(*_args, **kwargs):
+        raise subprocess.TimeoutExpired("worker", kwargs.get("timeout", 0))
+
+    answers = [
+        timeout,
+        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr="Traceback...\nModuleNotFoundError: No module named 'torch'\n"),
+        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout='{"ok": false, "error": {"type": "ImportError", "message": "cannot import name \'x\'"}}\n', stderr=""),
+    ]
+    for answer in answers:
+        monkeypatch.setattr(lf_check.subprocess, "run", answer)
+        findings += lf_check.check_with_llamafactory({"do_train": True}, timeout_s=7)
+    return findings
+
+
+@pytest.mark.parametrize("source", ["yaml_import", "distributed", "lf_check"])
+def test_every_real_finding_of_the_import_the_plan_and_llamafactorys_check_is_in_chinese(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    findings = {"yaml_import": _yaml_findings, "distributed": _plan_findings, "lf_check": lambda: _lf_findings(monkeypatch)}[source]()
+    produced = {finding.rule for finding in findings}
+    own = _rule_names_in(ROOT / "backend" / f"{source}.py")
+    assert sorted(own - produced) == [], "a rule the crafted inputs never trigger"
+    assert _untranslated(findings) == []
+
+
+def test_every_template_of_the_import_the_plan_and_llamafactorys_check_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A template no real message matches is a message reworded in its module without its
+    # template (shared rules such as not-a-number belong to config.py and are left out).
+    from backend.i18n import _template_pattern
+
+    findings = _yaml_findings() + _plan_findings() + _lf_findings(monkeypatch)
+    rules = set().union(*(_rule_names_in(ROOT / "backend" / f"{m}.py") for m in ("yaml_import", "distributed", "lf_check")))
+    rules -= _rule_names_in(ROOT / "backend" / "config.py")
+    messages = {(f.rule, part): set() for f in findings for part in ("problem", "fix")}
+    for finding in findings:
+        messages[(finding.rule, "problem")].add(finding.problem)
+        messages[(finding.rule, "fix")].add(finding.fix)
+    unused = []
+    for key, english in CATALOGUE["en"].items():
+        if not key.startswith("check."):
+            continue
+        _, rule, part = key.split(".")[:3]
+        if rule in rules and not any(_template_pattern(english).fullmatch(text) for text in messages.get((rule, part), ())):
+            unused.append(f"{key}: {english}")
+    assert unused == []
+
+
+def test_the_import_speaks_chinese_about_the_guide_mistakes() -> None:
+    from backend.presets import load_presets
+    from backend.yaml_import import import_yaml
+
+    presets, _ = load_presets()
+    result = import_yaml((FIXTURES / "cuda_guide_mistakes.yaml").read_text(encoding="utf-8"), presets["rx7900xtx"])
+    chinese = {f.key: translate_finding(f, "zh-CN") for f in result.findings if f.rule.startswith("yaml-") and f.rule != "yaml-not-in-form"}
+    assert chinese["flash_attn"].problem == "YAML 会把 `flash_attn: off/false/no` 读成布尔值 false，而 LLaMA-Factory 不接受布尔值。"
+    assert chinese["flash_attn"].fix == "请改写为 `flash_attn: disabled`（可选值：auto, disabled, sdpa, fa2, fa3）。"
+    assert chinese["lora_rnak"].fix == "你是不是想写 `lora_rank`？请改成这个名字。"
+    assert chinese["lerning_rate"].fix == "请删除它（你是不是想写 `learning_rate`？它已经设置过了）。"
+    assert chinese["ddp_backend"].problem.startswith("ddp_backend 'pytorch' 不是有效的后端")
+    assert "`ddp_backend: nccl`" in chinese["ddp_backend"].fix
+    assert chinese["bf16"].fix == "bf16 和 fp16 只能设置一个：保留 `bf16: true`（AMD Radeon RX 7900 XTX (24 GB) 支持 bf16）。"
+    assert translate_finding(result.findings[0], "en") == result.findings[0]
+
+
+def test_plan_field_names_inside_messages_are_translated_too() -> None:
+    from backend.distributed import parse_plan_form
+
+    _, findings = parse_plan_form({"dist_nproc": "two", "dist_master_port": 80})
+    chinese = {f.rule: translate_finding(f, "zh-CN") for f in findings}
+    assert chinese["not-a-number"].problem == "每节点进程数必须是整数，不能是 'two'。"
+    assert chinese["not-a-number"].fix == "请为每节点进程数输入一个整数。"
+    assert chinese["privileged-port"].problem == "监听端口 80 需要 root 权限。"
+
+
+def test_a_placeholder_may_be_named_key() -> None:
+    # `translate(key, locale, **values)` takes `key` itself: a {key} value must not clash.
+    finding = Finding("lerning_rate", "`lerning_rate` is not a LLaMA-Factory key; its parser refuses the whole file.", "Remove it.", rule="yaml-unknown-key")
+    assert translate_finding(finding, "zh-CN").problem == "`lerning_rate` 不是 LLaMA-Factory 的键；它的解析器会拒绝整个文件。"
 
 
 def test_a_translated_finding_keeps_the_values_of_the_message(tmp_path: Path) -> None:
