@@ -61,7 +61,7 @@ from bench import (
 
 # The start path in a fresh interpreter: what one click costs before the trainer exists.
 START_PATH_SCRIPT = r"""
-import json, sys, tempfile, time
+import json, shutil, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import psutil
@@ -97,6 +97,7 @@ for name in ("start_first", "start_again"):
     if result.run is None:
         raise SystemExit("start refused: " + "; ".join(f.line() for f in result.findings))
     end(board, result.run)
+shutil.rmtree(work, ignore_errors=True)
 print(json.dumps(timings))
 """
 

@@ -52,7 +52,7 @@ HISTORY_POINTS = 30
 
 # Where app start goes, measured in a fresh interpreter the way serve_main does it.
 START_BREAKDOWN_SCRIPT = r"""
-import json, os, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
 from pathlib import Path
 t0 = time.perf_counter()
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -62,10 +62,12 @@ t1 = time.perf_counter()
 from backend.service import RocBoard
 from ui.app import build_ui
 t2 = time.perf_counter()
-board = RocBoard(Path(tempfile.mkdtemp(prefix="bench-start-")) / "runs")
+work = Path(tempfile.mkdtemp(prefix="bench-start-"))
+board = RocBoard(work / "runs", export_dir=work / "exports")
 t3 = time.perf_counter()
 page = build_ui(board)
 t4 = time.perf_counter()
+shutil.rmtree(work, ignore_errors=True)
 print(json.dumps({"import_gradio": t1 - t0, "import_rocboard": t2 - t1, "board": t3 - t2, "build_page": t4 - t3}))
 """
 
