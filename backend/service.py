@@ -31,6 +31,7 @@ from backend.telemetry.base import Reading
 # LLaMA-Factory's answers by exact arguments, shared by every board of the process.
 _LF_CACHE: dict[str, list[Finding]] = {}
 _LF_LOCK = threading.Lock()
+_LF_PENDING: dict[str, threading.Lock] = {}
 
 # How often one run's files are re-read at most, however many tabs ask.
 POLL_INTERVAL_S = 0.5
@@ -269,17 +270,27 @@ class RocBoard:
         key = json.dumps(args, sort_keys=True, default=str)
         with _LF_LOCK:
             cached = _LF_CACHE.get(key)
-        if cached is None:
-            cached = check_with_llamafactory(args)
-            with _LF_LOCK:
-                if len(_LF_CACHE) > 256:
-                    _LF_CACHE.clear()
-                _LF_CACHE[key] = cached
+            # One helper per config: a Start during the start-up prewarm (or a second tab)
+            # waits for the answer already being computed instead of paying for it again.
+            pending = _LF_PENDING.setdefault(key, threading.Lock()) if cached is None else None
+        if pending is not None:
+            with pending:
+                with _LF_LOCK:
+                    cached = _LF_CACHE.get(key)
+                if cached is None:
+                    cached = check_with_llamafactory(args)
+                    with _LF_LOCK:
+                        if len(_LF_CACHE) > 256:
+                            _LF_CACHE.clear()
+                        _LF_CACHE[key] = cached
+                        _LF_PENDING.pop(key, None)
         return list(cached)
 
-    def prewarm(self, form: Mapping[str, Any] | None = None) -> None:
+    def prewarm(self, form: Mapping[str, Any] | None = None, then_doctor: bool = False) -> None:
         """Asks LLaMA-Factory's parser about the opening form in the background, so the
-        first Start with the defaults does not wait for it."""
+        first Start with the defaults does not wait for it; then (optionally) gathers the
+        doctor's facts. One after the other: each imports torch in a helper, and two at
+        once would slow the first run a user starts."""
 
         def ask() -> None:
             try:
@@ -288,6 +299,8 @@ class RocBoard:
                     self.llamafactory_findings(config)
             except Exception:  # only a warm-up: Start asks again and reports properly
                 pass
+            if then_doctor:
+                self._gather_doctor()
 
         threading.Thread(target=ask, daemon=True, name="lf-prewarm").start()
 
@@ -583,16 +596,15 @@ class RocBoard:
 
     def start_doctor(self) -> None:
         """Gathers the machine's facts on a thread (the torch probe takes seconds)."""
+        threading.Thread(target=self._gather_doctor, daemon=True, name="doctor").start()
 
-        def gather() -> None:
-            from backend.doctor import gather_facts, run_checks
+    def _gather_doctor(self) -> None:
+        from backend.doctor import gather_facts, run_checks
 
-            try:
-                self._doctor_checks = run_checks(gather_facts())
-            except Exception as error:  # a broken probe must not take the app down
-                self._doctor_error = str(error)
-
-        threading.Thread(target=gather, daemon=True, name="doctor").start()
+        try:
+            self._doctor_checks = run_checks(gather_facts())
+        except Exception as error:  # a broken probe must not take the app down
+            self._doctor_error = str(error)
 
     def doctor_checks(self, refresh: bool = False) -> list[Any]:
         if refresh or self._doctor_checks is None:

@@ -76,3 +76,27 @@ def test_two_simultaneous_starts_launch_exactly_one_run(board):
         for run in board.store.list():
             board.stop(run.id)
     assert board.store.list()[0].state == "stopped"
+
+
+def test_one_parser_helper_per_config_however_many_ask_at_once(board, monkeypatch):
+    """A Start during the start-up prewarm waits for the answer being computed."""
+    import time as clock
+
+    import backend.lf_check
+
+    calls = []
+
+    def slow_check(args, timeout_s=120):
+        calls.append(args)
+        clock.sleep(0.5)
+        return []
+
+    monkeypatch.setattr(backend.lf_check, "check_with_llamafactory", slow_check)
+    config = board.parse({**demo_form(), "learning_rate": "0.0123"})[0]  # a config nobody asked about yet
+    threads = [threading.Thread(target=board.llamafactory_findings, args=(config,)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(calls) == 1
+    assert board.llamafactory_findings(config) == [] and len(calls) == 1

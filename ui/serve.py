@@ -43,8 +43,7 @@ def serve_main(argv: list[str]) -> int:
     board = RocBoard(Path(args.runs_dir), sampler=sampler)
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
-    board.prewarm()
-    board.start_doctor()
+    board.prewarm(then_doctor=True)
     active = board.reattach()
     if active is not None:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)
