@@ -217,7 +217,7 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             wait_until(lambda: read_state(run_dir)["attempts"] == 3, 60, what="the second resume to start")
             final = wait_until(lambda: ended(run_dir), 600, 0.5, what="the resumed run to end")
             assert (final["state"], final["exit_code"]) == ("finished", 0), (run_dir / LOG_FILE).read_text()[-3000:]
-            assert final["resumed_from"] == f"output/{writing.name}"
+            assert final["resumed_from"] == f"output/{latest.name}"  # the newest complete checkpoint
             wait_until(lambda: "finished" in page_text(tab, "#status"), 60, what="the page to say finished")
             assert run_processes(runs_dir) == []
 
