@@ -60,9 +60,6 @@ def trainer_command(config_file: str = CONFIG_FILE) -> list[str]:
     return [llamafactory_cli(), "train", config_file]
 
 
-def display_command(config_file: str = CONFIG_FILE) -> str:
-    return f"llamafactory-cli train {config_file}"
-
 
 def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)

@@ -11,7 +11,6 @@ A poll that finds nothing new costs one stat() call, whatever the file's length.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -189,9 +188,3 @@ class MetricSeries:
     def latest(self) -> MetricPoint | None:
         return self.points[-1] if self.points else None
 
-    def loss_points(self) -> list[MetricPoint]:
-        return [p for p in self.points if p.loss is not None]
-
-
-def is_bad_loss(value: float | None) -> bool:
-    return value is not None and (math.isnan(value) or math.isinf(value))

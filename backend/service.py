@@ -20,9 +20,9 @@ from typing import Any, Mapping
 
 from backend import artifacts
 from backend.charts import MemorySeries
-from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args, to_yaml
+from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args
 from backend.findings import Finding, has_problems
-from backend.launcher import Launcher, ProcessIdentity, display_command, stop_tree
+from backend.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
 from backend.presets import DEFAULT_PRESET_ID, PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore

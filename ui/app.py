@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from backend import view
-from backend.i18n import LOCALES, pick_locale
+from backend.i18n import pick_locale
 from backend.service import RocBoard
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
@@ -69,5 +69,3 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         )
     return page
 
-
-__all__ = ["LOCALES", "build_ui"]

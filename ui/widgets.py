@@ -36,10 +36,6 @@ class Texts:
         self.entries.append((widget, "value", key))
         return widget
 
-    def info(self, widget: Any, key: str) -> Any:
-        self.entries.append((widget, "info", key))
-        return widget
-
     @property
     def widgets(self) -> list[Any]:
         return [widget for widget, _, _ in self.entries]
