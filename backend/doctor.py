@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from backend.child_env import child_env
 from backend.doctor_probe import MARKER, installed_version
 from backend.telemetry.base import SourceStatus
 from backend.telemetry.sysfs import AMD_VENDOR_ID
@@ -589,6 +590,9 @@ def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) 
         done = subprocess.run(
             [python, "-m", "backend.doctor_probe"],
             cwd=ROOT,
+            # The allow-listed environment (HSA_*, HIP_*, *_VISIBLE_DEVICES included, so torch
+            # sees the GPUs a run would); no ROCBOARD_AUTH or other secret in the probe.
+            env=child_env(),
             capture_output=True,
             text=True,
             timeout=timeout_s,

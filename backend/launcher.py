@@ -22,6 +22,8 @@ from typing import Mapping
 
 import psutil
 
+from backend import safe_files
+from backend.child_env import child_env, refused_settings
 from backend.logs import TRAINER_LOG
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
 
@@ -60,18 +62,57 @@ def trainer_command(config_file: str = CONFIG_FILE) -> list[str]:
     return [llamafactory_cli(), "train", config_file]
 
 
+# Variables the code that calls Launcher.start sets itself, never copied from a user's text:
+# the launch plan (backend/distributed.launch_env) and where a run keeps its caches (the
+# multi-node test gives each "node" its own datasets cache). Everything else in `preset_env`
+# is a user's setting (a preset's env:, the RCCL lines) and must pass child_env's rule.
+LAUNCH_NAMES: frozenset[str] = frozenset(
+    {
+        "PATH",
+        "FORCE_TORCHRUN",
+        "NNODES",
+        "NODE_RANK",
+        "NPROC_PER_NODE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "HIP_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_DATASETS_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+    }
+)
+
+
+def _split_launch_env(preset_env: Mapping[str, str]) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """(RocBoard's own variables, the user's settings) of what Launcher.start was given."""
+    own = {name: value for name, value in preset_env.items() if name in LAUNCH_NAMES}
+    settings = [(name, value) for name, value in preset_env.items() if name not in LAUNCH_NAMES]
+    return own, settings
+
 
 def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    env.update(preset_env)
-    env.update(OFFLINE_ENV)
+    """The trainer's whole environment: the allow-listed part of `base` (default: this
+    process's; never ROCBOARD_AUTH or another secret, see backend/child_env.py), the
+    settings of `preset_env` that child_env allows, the launch variables, OFFLINE_ENV."""
+    own, settings = _split_launch_env(preset_env)
+    own.update(OFFLINE_ENV)
     # LLaMA-Factory starts a bare `torchrun` for multi-GPU runs: the one beside this Python
     # must be found even when the venv was never activated.
     here = str(Path(sys.executable).parent)
-    if env.get("PATH", "").split(os.pathsep)[0] != here:
-        env["PATH"] = os.pathsep.join([here, env.get("PATH", "")]) if env.get("PATH") else here
-    env["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
-    return env
+    path = own.get("PATH", (os.environ if base is None else base).get("PATH", ""))
+    if path.split(os.pathsep)[0] != here:
+        path = os.pathsep.join([here, path]) if path else here
+    own["PATH"] = path
+    own["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
+    return child_env(base, settings, own)
+
+
+def refused_trainer_settings(preset_env: Mapping[str, str]) -> list[str]:
+    """One line per setting of `preset_env` that trainer_env leaves out, and why."""
+    return [f"{refused.rule}: {refused.problem}" for refused in refused_settings(_split_launch_env(preset_env)[1])]
 
 
 @dataclass(frozen=True)
@@ -180,12 +221,15 @@ def derive_final_state(run_dir: Path) -> tuple[str, str]:
     output = run_dir / OUTPUT_DIR
     finished = False
     try:
-        lines = (output / TRAINER_LOG).read_text(encoding="utf-8").strip().splitlines()
+        # Only the last line matters: read the end of the log (it can be hundreds of MB),
+        # without following a link planted in the run.
+        tail = safe_files.read_tail(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", 64_000)
+        lines = tail.decode("utf-8", errors="replace").strip().splitlines()
         last = json.loads(lines[-1]) if lines else {}
         finished = last.get("current_steps") == last.get("total_steps") and bool(last.get("total_steps"))
     except (OSError, ValueError, AttributeError):
         pass
-    has_weights = (output / "adapter_model.safetensors").exists() or (output / "model.safetensors").exists()
+    has_weights = any(safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/{name}") for name in ("adapter_model.safetensors", "model.safetensors"))
     if finished and has_weights:
         return "finished", "The trainer finished while RocBoard was not watching."
     return "failed", "The trainer ended while RocBoard was not watching, before it finished."
@@ -204,7 +248,14 @@ class Launcher:
         """Launches `command` (default: llamafactory-cli train config.yaml) in the run dir."""
         run_dir = self.store.run_dir(run_id)
         command = command or trainer_command()
-        log = open(run_dir / LOG_FILE, "ab")
+        # train.log is opened inside the run without following links: a planted link would
+        # make the trainer's output overwrite whatever it points at.
+        log = os.fdopen(safe_files.open_in_run(run_dir, LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+        # The page refuses these before a start; anything that still arrives here (a run
+        # resumed from an older form.json) is left out, and train.log says so.
+        for line in refused_trainer_settings(preset_env):
+            log.write(f"RocBoard: left out of the trainer's environment: {line}\n".encode("utf-8", "replace"))
+        log.flush()
         try:
             process = subprocess.Popen(
                 command,

@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from backend.child_env import child_env
 from backend.findings import Finding
 
 WORKER = Path(__file__).resolve().with_name("lf_check_worker.py")
@@ -75,6 +76,8 @@ def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float
         done = subprocess.run(
             [sys.executable, str(WORKER)],
             input=request,
+            # The allow-listed environment only: no ROCBOARD_AUTH or other secret in the helper.
+            env=child_env(),
             capture_output=True,
             text=True,
             timeout=timeout_s,

@@ -1,7 +1,10 @@
 """Hardware presets: one YAML file per preset in presets/, loaded into a typed model.
 
 A user adds a preset by dropping a file in presets/. A file that does not load is
-reported by name and skipped; it never stops the app.
+reported by name and skipped; it never stops the app. Its `env:` entries reach the
+trainer's environment, so they follow backend/child_env.py's rule like the Multi-GPU tab's
+RCCL settings: a file that sets LD_PRELOAD, PYTHONPATH, BROWSER or any other variable
+outside the allow-list is skipped the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from backend.child_env import refused_settings
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 DEFAULT_PRESET_ID = "cpu-demo"
@@ -91,6 +96,9 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
     bad_names = [str(name) for name in env if not _ENV_NAME.match(str(name))]
     if bad_names:
         raise ValueError(f"env names must be shell variable names (letters, digits, _): {', '.join(bad_names)}")
+    refused = refused_settings((str(k), str(v)) for k, v in env.items())
+    if refused:
+        raise ValueError("env: " + " ".join(r.problem for r in refused))
     if data["precision"] not in ("bf16", "fp16", "fp32"):
         raise ValueError(f"precision must be bf16, fp16 or fp32, not {data['precision']!r}")
     if data["flash_attn"] not in ("auto", "sdpa", "disabled", "fa2"):

@@ -133,7 +133,8 @@ def test_launcher_records_failure_and_success(tmp_path):
     assert store.read(failing.id).exit_code == 3
     assert "boom" in (store.run_dir(failing.id) / "train.log").read_text()
     ok = make_run(store)
-    launcher.start(ok.id, {"ROCBOARD_TEST_VAR": "42"}, command=[sys.executable, "-c", "import os; print(os.environ['ROCBOARD_TEST_VAR'], os.environ['HF_HUB_OFFLINE'])"])
+    # A setting the allow-list lets through (backend/child_env.py) reaches the trainer.
+    launcher.start(ok.id, {"NCCL_DEBUG": "42"}, command=[sys.executable, "-c", "import os; print(os.environ['NCCL_DEBUG'], os.environ['HF_HUB_OFFLINE'])"])
     assert wait_for(lambda: store.read(ok.id).state == "finished")
     assert "42 1" in (store.run_dir(ok.id) / "train.log").read_text()
 

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from backend.child_env import child_env
+
 
 @dataclass(frozen=True)
 class ToolOutput:
@@ -57,7 +59,9 @@ def run_tool(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
+            # Only the allow-listed variables (PATH, HIP_*/ROCR_*/CUDA_* visibility, ...) reach
+            # the tool: never ROCBOARD_AUTH or another secret of the web process.
+            env=child_env(env),
             start_new_session=True,  # own process group, so a timeout kills the whole tree
         )
     except OSError as exc:
