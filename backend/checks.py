@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.config import RunConfig
+from backend.config import NUMBER_RANGES, RunConfig, range_finding, shown
 from backend.estimate import GIB, estimate_memory, read_model_config
 from backend.findings import Finding
 from backend.presets import HardwarePreset
@@ -31,14 +31,11 @@ from backend.presets import HardwarePreset
 Rule = Callable[["_Context"], list[Finding]]
 
 # --- limits, each with the reason it is where it is --------------------------------------------
-LEARNING_RATE_ABSURD = 1.0  # no fine-tuning recipe uses a rate above 1; a typo for 1e-4 is likelier
-BATCH_SIZE_MAX = 1024  # per device; beyond this no accelerator holds the activations
-GRAD_ACCUM_MAX = 4096
-EPOCHS_MAX = 1000.0
+# The range of every number is in backend/config.py NUMBER_RANGES (one table for the form,
+# the import and the multi-GPU plan); these are the rules' own thresholds.
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
-CUTOFF_MAX = 1_048_576
-LORA_RANK_MAX = 1024
-STEPS_MAX = 10_000_000
+PATH_MAX_BYTES = 4096  # Linux PATH_MAX
+NAME_MAX_BYTES = 255  # Linux NAME_MAX: one component of a path
 DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
 RUN_NAME_RULE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")  # not "." or "-" first: hidden, or read as an option
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
@@ -71,8 +68,11 @@ class _Context:
     def model_dir(self) -> Path | None:
         """The model directory when it exists and holds a config.json."""
         path = self.config.model.model_name_or_path
-        if path and (Path(path).expanduser() / "config.json").is_file():
-            return Path(path).expanduser()
+        try:
+            if path and not path_problem(path) and (Path(path).expanduser() / "config.json").is_file():
+                return Path(path).expanduser()
+        except OSError:
+            pass
         return None
 
 
@@ -100,62 +100,49 @@ def rule_run_name(ctx: _Context) -> list[Finding]:
 # --- numbers --------------------------------------------------------------------------------
 
 
-def rule_learning_rate(ctx: _Context) -> list[Finding]:
-    rate = ctx.config.training.learning_rate
-    if not math.isfinite(rate) or rate <= 0:
-        return [_finding("learning_rate", f"Learning rate must be a positive number, not {rate!r}.", "Set it to a small positive number such as 1e-4 (LoRA) or 1e-5 (full).", "learning-rate-not-positive", learning_rate=1e-4)]
-    if rate > LEARNING_RATE_ABSURD:
-        return [
-            _finding(
-                "learning_rate",
-                f"Learning rate {rate:g} is absurdly large: training will diverge at once.",
-                "Use something like 1e-4 for LoRA or 1e-5 for full fine-tuning.",
-                "learning-rate-absurd",
-                severity="warning",
-            )
-        ]
-    return []
+# The form field each number of a RunConfig comes from, with the name messages give it.
+_NUMBER_FIELDS: tuple[tuple[str, str, Callable[[RunConfig], float]], ...] = (
+    ("learning_rate", "Learning rate", lambda c: c.training.learning_rate),
+    ("num_train_epochs", "Epochs", lambda c: c.training.num_train_epochs),
+    ("max_steps", "Max steps", lambda c: c.training.max_steps),
+    ("batch_size", "Batch size", lambda c: c.training.per_device_train_batch_size),
+    ("grad_accum", "Gradient accumulation", lambda c: c.training.gradient_accumulation_steps),
+    ("cutoff_len", "Cutoff length", lambda c: c.data.cutoff_len),
+    ("logging_steps", "Logging steps", lambda c: c.training.logging_steps),
+    ("save_steps", "Save steps", lambda c: c.training.save_steps),
+    ("lora_rank", "LoRA rank", lambda c: c.method.lora_rank),
+    ("lora_alpha", "LoRA alpha", lambda c: c.method.lora_alpha),
+    ("lora_dropout", "LoRA dropout", lambda c: c.method.lora_dropout),
+)
 
 
-def _range(key: str, what: str, value: float, low: float, high: float, rule: str, fix_value: Any, unit: str = "") -> list[Finding]:
-    if low <= value <= high:
-        return []
-    return [_finding(key, f"{what} is {value:g}{unit}; it must be between {low:g} and {high:g}.", f"Set {what.lower()} to a value in that range, e.g. {fix_value}.", rule, **{key: fix_value})]
-
-
-def rule_batch(ctx: _Context) -> list[Finding]:
-    training = ctx.config.training
-    return _range("batch_size", "Batch size", training.per_device_train_batch_size, 1, BATCH_SIZE_MAX, "batch-size-range", 1) + _range(
-        "grad_accum", "Gradient accumulation", training.gradient_accumulation_steps, 1, GRAD_ACCUM_MAX, "grad-accum-range", 8
-    )
+def rule_number_ranges(ctx: _Context) -> list[Finding]:
+    """Every number inside its NUMBER_RANGES range. parse_form already refuses values
+    outside them; this holds for a RunConfig built in code (a test, a resumed run's form)."""
+    findings: list[Finding] = []
+    for name, what, read in _NUMBER_FIELDS:
+        value = read(ctx.config)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+            findings.append(_finding(name, f"{what} must be a number, not {shown(value)}.", f"Enter a number for {what}.", "not-a-number", **{name: NUMBER_RANGES[name].example}))
+            continue
+        finding = range_finding(name, value, what)
+        if finding is not None:
+            findings.append(finding)
+    return findings
 
 
 def rule_steps_and_epochs(ctx: _Context) -> list[Finding]:
     training = ctx.config.training
-    findings: list[Finding] = []
-    if not 0 <= training.max_steps <= STEPS_MAX:
-        findings.append(_finding("max_steps", f"Max steps is {training.max_steps}; it must be 0 (train by epochs) or a positive number.", "Set max steps to 0 to train for the number of epochs, or to the number of steps.", "max-steps-range", max_steps=0))
     epochs = training.num_train_epochs
-    if training.max_steps <= 0 and (not math.isfinite(epochs) or epochs <= 0):
-        findings.append(_finding("num_train_epochs", f"Epochs is {epochs:g} and max steps is 0: nothing would be trained.", "Set epochs to a positive number (e.g. 3), or set max steps.", "epochs-not-positive", num_train_epochs=3.0))
-    elif math.isfinite(epochs) and epochs > EPOCHS_MAX:
-        findings.append(_finding("num_train_epochs", f"Epochs is {epochs:g}, more than {EPOCHS_MAX:g}.", "Use a few epochs (1-5 is usual for fine-tuning).", "epochs-range", num_train_epochs=3.0))
-    elif not math.isfinite(epochs) or epochs < 0:
-        findings.append(_finding("num_train_epochs", f"Epochs is {epochs!r}; it must be a positive number.", "Set epochs to a positive number (e.g. 3).", "epochs-not-positive", num_train_epochs=3.0))
-    return findings
-
-
-def rule_logging_and_save_steps(ctx: _Context) -> list[Finding]:
-    training = ctx.config.training
-    return _range("logging_steps", "Logging steps", training.logging_steps, 1, STEPS_MAX, "logging-steps-range", 10) + _range(
-        "save_steps", "Save steps", training.save_steps, 1, STEPS_MAX, "save-steps-range", 500
-    )
+    if training.max_steps == 0 and isinstance(epochs, (int, float)) and epochs == 0:
+        return [_finding("num_train_epochs", f"Epochs is {epochs:g} and max steps is 0: nothing would be trained.", "Set epochs to a positive number (e.g. 3), or set max steps.", "epochs-not-positive", num_train_epochs=3.0)]
+    return []
 
 
 def rule_cutoff(ctx: _Context) -> list[Finding]:
     cutoff = ctx.config.data.cutoff_len
-    if not 1 <= cutoff <= CUTOFF_MAX:
-        return [_finding("cutoff_len", f"Cutoff length is {cutoff}; it must be between 1 and {CUTOFF_MAX}.", "Set cutoff length to the longest example you need in tokens, e.g. 1024.", "cutoff-range", cutoff_len=1024)]
+    if not NUMBER_RANGES["cutoff_len"].contains(cutoff):
+        return []  # rule_number_ranges says so
     findings: list[Finding] = []
     if cutoff < CUTOFF_MIN_SENSIBLE:
         findings.append(_finding("cutoff_len", f"Cutoff length {cutoff} is shorter than a chat template's own tokens: examples would be cut to nothing.", f"Use at least {CUTOFF_MIN_SENSIBLE}; 512-2048 is usual.", "cutoff-too-short", severity="warning"))
@@ -168,25 +155,45 @@ def rule_cutoff(ctx: _Context) -> list[Finding]:
     return findings
 
 
-def rule_lora(ctx: _Context) -> list[Finding]:
-    method = ctx.config.method
-    if method.finetuning_type != "lora":
-        return []
-    findings = _range("lora_rank", "LoRA rank", method.lora_rank, 1, LORA_RANK_MAX, "lora-rank-range", 8)
-    if method.lora_alpha < 1:
-        findings.append(_finding("lora_alpha", f"LoRA alpha is {method.lora_alpha}; it must be 1 or more.", "Set LoRA alpha to twice the rank (e.g. 16 for rank 8).", "lora-alpha-range", lora_alpha=max(2 * method.lora_rank, 1)))
-    if not (math.isfinite(method.lora_dropout) and 0 <= method.lora_dropout < 1):
-        findings.append(_finding("lora_dropout", f"LoRA dropout is {method.lora_dropout:g}; it must be at least 0 and below 1.", "Set LoRA dropout to 0 (or 0.05-0.1).", "lora-dropout-range", lora_dropout=0.0))
-    return findings
-
-
 # --- model ----------------------------------------------------------------------------------
+
+
+def path_problem(raw: str) -> str:
+    """Why the OS cannot look `raw` up at all (before any stat), or "": a NUL byte
+    (ValueError "embedded null byte"), a path or one of its names too long for Linux
+    (OSError "File name too long"), text that is not encodable as a file name."""
+    if "\0" in raw:
+        return "it holds a NUL character"
+    try:
+        encoded = os.fsencode(raw)
+    except UnicodeError:
+        return "it holds characters a file name cannot have"
+    if len(encoded) >= PATH_MAX_BYTES:
+        return f"it is {len(encoded)} bytes long; a path has at most {PATH_MAX_BYTES - 1}"
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX_BYTES:
+        return f"one of its names is {longest} bytes long; a file or folder name has at most {NAME_MAX_BYTES}"
+    return ""
+
+
+def _unusable_path(key: str, what: str, raw: str, problem: str) -> Finding:
+    return _finding(key, f"{what} {shown(raw, 80)} cannot be a path on this machine: {problem}.", f"Enter the real path of the {what.lower()}.", "path-unusable")
 
 
 def rule_model_path(ctx: _Context) -> list[Finding]:
     raw = ctx.config.model.model_name_or_path
     if not raw:
         return [_finding("model_path", "No model is set.", "Enter the absolute path of a model directory (one with config.json and the weights).", "model-path-missing")]
+    problem = path_problem(raw)
+    if problem:
+        return [_unusable_path("model_path", "Model directory", raw, problem)]
+    try:
+        return _model_path_findings(ctx, raw)
+    except (OSError, ValueError) as error:  # a race or a filesystem's own limit: still a finding
+        return [_unusable_path("model_path", "Model directory", raw, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+
+
+def _model_path_findings(ctx: _Context, raw: str) -> list[Finding]:
     path = Path(raw).expanduser()
     if HUB_ID.match(raw) and not path.exists():
         if not ctx.offline:
@@ -262,6 +269,16 @@ def rule_dataset(ctx: _Context) -> list[Finding]:
     data = ctx.config.data
     if not data.dataset_dir:
         return [_finding("dataset_dir", "No dataset directory is set.", f"Enter the directory that holds {DATASET_INFO} and the data files.", "dataset-dir-missing")]
+    problem = path_problem(data.dataset_dir)
+    if problem:
+        return [_unusable_path("dataset_dir", "Dataset directory", data.dataset_dir, problem)]
+    try:
+        return _dataset_findings(ctx, data)
+    except (OSError, ValueError) as error:
+        return [_unusable_path("dataset_dir", "Dataset directory", data.dataset_dir, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+
+
+def _dataset_findings(ctx: _Context, data: Any) -> list[Finding]:
     directory = Path(data.dataset_dir).expanduser()
     if not directory.is_dir():
         return [_finding("dataset_dir", f"Dataset directory {data.dataset_dir} does not exist or is not a directory.", f"Enter the directory that holds {DATASET_INFO}.", "dataset-dir-not-found")]
@@ -438,12 +455,9 @@ RULES: tuple[Rule, ...] = (
     rule_model_path,
     rule_template,
     rule_dataset,
-    rule_learning_rate,
-    rule_batch,
+    rule_number_ranges,
     rule_steps_and_epochs,
-    rule_logging_and_save_steps,
     rule_cutoff,
-    rule_lora,
     rule_precision_on_preset,
     rule_flash_attn,
     rule_quantization,

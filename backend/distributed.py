@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from backend.child_env import allowed_settings, refusal, value_refusal
+from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, huge_finding, parse_number, parse_text, range_finding, shown, too_many_finding
 from backend.findings import Finding
 from backend.presets import HardwarePreset
 
@@ -58,7 +60,8 @@ DEFAULT_RCCL_ENV: tuple[tuple[str, str], ...] = (
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
 )
 # Prefixes of variables that belong to the collective-communication layer; a preset's env
-# entries with these prefixes become the plan's editable rccl_env.
+# entries with these prefixes become the plan's editable rccl_env. Which variables may be
+# set at all is backend/child_env.py's rule (`refusal`), checked in check_plan.
 RCCL_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "HSA_FORCE_FINE_GRAIN")
 
 # The variables RocBoard itself sets from the plan; rccl_env may not override them.
@@ -107,25 +110,41 @@ class DistributedPlan:
 # --- the form boundary ----------------------------------------------------------------------
 
 
+class GpuListTooLarge(ValueError):
+    """A GPU index above NUMBER_RANGES["dist_gpus"], or more entries than a node has GPUs."""
+
+    def __init__(self, index: int | None = None, count: int | None = None):
+        super().__init__(f"GPU index {index} is too large" if index is not None else f"{count} or more GPUs listed")
+        self.index, self.count = index, count
+
+
 def parse_gpu_list(text: str) -> tuple[int, ...]:
-    """`"0,1, 2"` -> (0, 1, 2); ranges as `"0-3"`. ValueError names the bad part."""
+    """`"0,1, 2"` -> (0, 1, 2); ranges as `"0-3"`. ValueError names the bad part;
+    GpuListTooLarge (checked before a range is expanded: `0-1000000` must cost nothing)
+    for an index or a count beyond NUMBER_RANGES["dist_gpus"]."""
+    highest = int(NUMBER_RANGES["dist_gpus"].high)
     gpus: list[int] = []
     for part in re.split(r"[,\s]+", str(text).strip()):
         if not part:
             continue
         bounds = part.split("-")
         try:
-            if len(bounds) == 1:
-                gpus.append(int(bounds[0]))
-            elif len(bounds) == 2:
-                first, last = int(bounds[0]), int(bounds[1])
-                if last < first:
-                    raise ValueError
-                gpus.extend(range(first, last + 1))
-            else:
+            if len(bounds) > 2 or any(not bound.isdigit() or not bound.isascii() for bound in bounds):
                 raise ValueError
+            if any(len(bound) > 6 for bound in bounds):  # int() of thousands of digits is slow
+                raise GpuListTooLarge(index=10**6)
+            first, last = int(bounds[0]), int(bounds[-1])
+            if last < first:
+                raise ValueError
+        except GpuListTooLarge:
+            raise
         except ValueError:
-            raise ValueError(f"{part!r} is not a GPU index or a range like 0-3") from None
+            raise ValueError(f"{shown(part)} is not a GPU index or a range like 0-3") from None
+        if last > highest:
+            raise GpuListTooLarge(index=last)
+        if len(gpus) + last - first + 1 > highest + 1:
+            raise GpuListTooLarge(count=len(gpus) + last - first + 1)
+        gpus.extend(range(first, last + 1))
     return tuple(gpus)
 
 
@@ -150,9 +169,10 @@ def format_env_lines(pairs: tuple[tuple[str, str], ...]) -> str:
 
 
 def rccl_env_from_preset(preset_env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """The defaults, overlaid with the preset's NCCL_*/RCCL_*/TORCH_NCCL_*/GLOO_* entries."""
+    """The defaults, overlaid with the preset's NCCL_*/RCCL_*/TORCH_NCCL_*/GLOO_* entries
+    (only those child_env lets a user set: load_presets already refused the others)."""
     merged = dict(DEFAULT_RCCL_ENV)
-    merged.update((k, v) for k, v in preset_env if k.startswith(RCCL_ENV_PREFIXES))
+    merged.update((k, v) for k, v in allowed_settings(preset_env) if k.startswith(RCCL_ENV_PREFIXES))
     return tuple(merged.items())
 
 
@@ -232,22 +252,40 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
         return value.strip() if isinstance(value, str) else value
 
     def whole(name: str, what: str) -> int:
+        """A whole number inside NUMBER_RANGES[name], else a finding and the default (so the
+        plan never holds 100,000 nodes: the preview writes one command per node)."""
         value = raw(name)
         try:
-            if isinstance(value, bool) or value is None or value == "":
-                raise ValueError
-            number = float(value)
-            if number != int(number):
-                raise ValueError
-            return int(number)
-        except (TypeError, ValueError, OverflowError):
-            findings.append(Finding(name, f"{what} must be a whole number, not {value!r}.", f"Enter a whole number for {what}.", rule="not-a-number"))
+            number = int(parse_number(value, int))
+        except NumberTooLarge:
+            findings.append(huge_finding(name, value, what))
             return int(PLAN_FORM_DEFAULTS[name])
+        except NotANumber:
+            findings.append(Finding(name, f"{what} must be a whole number, not {shown(value)}.", f"Enter a whole number for {what}.", rule="not-a-number"))
+            return int(PLAN_FORM_DEFAULTS[name])
+        out_of_range = range_finding(name, number, what)
+        if out_of_range is not None:
+            findings.append(out_of_range)
+            return int(PLAN_FORM_DEFAULTS[name])
+        return number
 
     gpus: tuple[int, ...] = ()
     if not on_cpu:
+        listed = raw("dist_gpus")
+        if isinstance(listed, int) and not isinstance(listed, bool) and 0 <= listed < 10**6:
+            listed = str(listed)  # one index, sent as a number
+        text, bad_text = parse_text(listed, "GPU list", 1024, key="dist_gpus")
         try:
-            gpus = parse_gpu_list(str(raw("dist_gpus") or ""))
+            if bad_text is not None:
+                findings.append(bad_text)
+            else:
+                gpus = parse_gpu_list(text)
+        except GpuListTooLarge as error:
+            highest = int(NUMBER_RANGES["dist_gpus"].high)
+            if error.index is not None:
+                findings.append(range_finding("dist_gpus", error.index, "GPU index"))  # type: ignore[arg-type]  # out of range by construction
+            else:
+                findings.append(too_many_finding("dist_gpus", "GPU list", error.count or highest + 2, highest + 1))
         except ValueError as error:
             findings.append(Finding("dist_gpus", f"GPU list: {error}.", "List GPU indices like 0,1,2,3 or 0-3.", rule="bad-gpu-list"))
     try:
@@ -255,7 +293,13 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
     except ValueError as error:
         findings.append(Finding("dist_rccl_env", f"RCCL settings: {error}.", "Write one NAME=value a line.", rule="bad-env-line"))
         rccl_env = DEFAULT_RCCL_ENV
-    strategy = str(raw("dist_strategy"))
+    strategy = raw("dist_strategy")
+    # 253: the longest DNS name; an address goes into every node's command line.
+    master_addr, bad_addr = parse_text(raw("dist_master_addr"), "Address of node 0", 253, key="dist_master_addr")
+    if bad_addr is not None:
+        findings.append(bad_addr)
+        master_addr = str(PLAN_FORM_DEFAULTS["dist_master_addr"])
+    strategy = strategy if isinstance(strategy, str) and len(strategy) <= 64 else shown(strategy)  # check_plan refuses it
     plan = DistributedPlan(
         gpus=gpus,
         nproc=whole("dist_nproc", "Processes per node"),
@@ -266,7 +310,7 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
         rccl_env=rccl_env,
         nnodes=whole("dist_nnodes", "Number of nodes"),
         node_rank=whole("dist_node_rank", "Node rank"),
-        master_addr=str(raw("dist_master_addr") or ""),
+        master_addr=master_addr,
         on_cpu=on_cpu,
     )
     return plan, findings + check_plan(plan)
@@ -283,19 +327,23 @@ def check_plan(plan: DistributedPlan) -> list[Finding]:
         findings.append(Finding(key, what, fix, severity=severity, rule=rule))  # type: ignore[arg-type]
 
     if plan.strategy not in STRATEGIES:
-        problem("strategy", f"Strategy {plan.strategy!r} is not one of {', '.join(STRATEGIES)}.", "Pick DDP, ZeRO-2 or ZeRO-3.", "bad-strategy")
-    if plan.nproc < 1:
-        problem("nproc", f"Processes per node must be at least 1, not {plan.nproc}.", "Set one process per GPU.", "nproc-range")
-    if plan.nnodes < 1:
-        problem("nnodes", f"Number of nodes must be at least 1, not {plan.nnodes}.", "Set the number of nodes.", "nnodes-range")
-    elif not 0 <= plan.node_rank < plan.nnodes:
+        problem("strategy", f"Strategy {shown(plan.strategy)} is not one of {', '.join(STRATEGIES)}.", "Pick DDP, ZeRO-2 or ZeRO-3.", "bad-strategy")
+    # Each number inside its range of config.NUMBER_RANGES (parse_plan_form already refused
+    # form values outside them; this holds for a plan built in code or read back).
+    numbers = (("nproc", "dist_nproc", "Processes per node"), ("nnodes", "dist_nnodes", "Number of nodes"), ("master_port", "dist_master_port", "Master port"), ("ddp_timeout_s", "dist_ddp_timeout_s", "Collective timeout"))
+    for attribute, name, what in numbers:
+        out_of_range = range_finding(name, getattr(plan, attribute), what, key=attribute)
+        if out_of_range is not None:
+            findings.append(replace(out_of_range, patch={}))
+    if plan.nnodes >= 1 and not 0 <= plan.node_rank < plan.nnodes:
         problem("node_rank", f"Node rank {plan.node_rank} is not in 0..{plan.nnodes - 1}.", "Number the nodes 0 to NNODES-1.", "node-rank-range")
-    if not 1 <= plan.master_port <= 65535:
-        problem("master_port", f"Port {plan.master_port} is not a TCP port.", "Pick a port between 1024 and 65535.", "bad-port")
-    elif plan.master_port < 1024:
+    if 1 <= plan.master_port < 1024:
         problem("master_port", f"Port {plan.master_port} needs root to listen on.", "Pick a port between 1024 and 65535.", "privileged-port", "warning")
-    if plan.ddp_timeout_s < 1:
-        problem("ddp_timeout_s", f"The collective timeout must be positive, not {plan.ddp_timeout_s} s.", f"Use {DEFAULT_DDP_TIMEOUT_S} s unless you know better.", "bad-timeout")
+    highest_gpu = int(NUMBER_RANGES["dist_gpus"].high)
+    if len(plan.gpus) > highest_gpu + 1:
+        findings.append(too_many_finding("gpus", "GPU list", len(plan.gpus), highest_gpu + 1))
+    elif plan.gpus and max(plan.gpus) > highest_gpu:
+        findings.append(replace(range_finding("dist_gpus", max(plan.gpus), "GPU index", key="gpus"), patch={}))  # type: ignore[arg-type]
     if not plan.master_addr.strip():
         problem("master_addr", "No master address is set.", "Enter the hostname or IP of node 0.", "no-master-addr")
     elif plan.multi_node and plan.master_addr.strip() in _LOOPBACK_HOSTS:
@@ -338,12 +386,15 @@ def check_plan(plan: DistributedPlan) -> list[Finding]:
         problem("offload", "Offload is a DeepSpeed ZeRO feature; DDP ignores it.", "Pick ZeRO-2 or ZeRO-3, or turn offload off.", "offload-without-zero")
 
     for name, value in plan.rccl_env:
-        if not _ENV_NAME.match(name):
-            problem("rccl_env", f"{name!r} is not a variable name.", "Use NAME=value with letters, digits and _.", "bad-env-name")
-        elif name in PLAN_VARIABLES:
+        # These lines become the trainer's environment, where a name like PYTHONWARNINGS,
+        # BROWSER, PYTHONPATH or LD_PRELOAD runs code: child_env's allow-list decides.
+        if _ENV_NAME.match(name) and name in PLAN_VARIABLES:
             problem("rccl_env", f"{name} is set from the plan; setting it here would contradict it.", f"Remove {name} from the RCCL settings and use the plan's field.", "env-overrides-plan")
-        if "\n" in value or "\0" in value:
-            problem("rccl_env", f"The value of {name} spans lines.", "Put the value on one line.", "bad-env-value")
+            refused = value_refusal(name, value)
+        else:
+            refused = refusal(name, value)
+        if refused is not None:
+            problem("rccl_env", refused.problem, refused.fix, refused.rule)
     return findings
 
 
@@ -375,7 +426,10 @@ def distributed_env(plan: DistributedPlan) -> dict[str, str]:
         devices = visible_devices(plan)
         env["HIP_VISIBLE_DEVICES"] = devices
         env["CUDA_VISIBLE_DEVICES"] = devices
-    env.update(plan.rccl_env)
+    # check_plan reports a refused line as a problem before any start; a plan that skipped
+    # it (resumed from an old form.json, built in code) still exports only allowed settings,
+    # and never one that would contradict the plan.
+    env.update((name, value) for name, value in allowed_settings(plan.rccl_env) if name not in PLAN_VARIABLES)
     return env
 
 

@@ -8,6 +8,7 @@ catalogue in backend/i18n.py; `locale` is "en" or "zh-CN".
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass
 
@@ -27,6 +28,59 @@ KEY_TO_FIELD = {
     "dataset_dir": "dataset_dir",
     "num_train_epochs": "num_train_epochs",
 }
+
+
+# --- user text in Markdown -------------------------------------------------------------------
+#
+# Every value the page did not write itself (a key or value from an imported YAML, a path, a
+# run name, a preset's notes, a log line, a GPU's name) is escaped where it is put into
+# Markdown: gr.Markdown renders links, images (a tracking pixel) and inline HTML. The page's
+# own formatting (bold, code spans) is written around the escaped values and still renders.
+
+# ASCII punctuation Markdown (CommonMark + GFM + Gradio's $$ LaTeX) may act on; a backslash
+# makes each literal. ":" and "@" break GFM's bare-URL and e-mail autolinks.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:@$=\"'])")
+SHOWN_TEXT_MAX = 2000  # a finding or status line longer than this is cut (a pasted 250 kB value)
+
+
+def escape_markdown(text: object, limit: int = SHOWN_TEXT_MAX) -> str:
+    """`text` as Markdown that shows exactly these characters: no link, image, HTML, heading,
+    list or emphasis; newlines become spaces (a value is one line of a message)."""
+    value = str(text)
+    if len(value) > limit:
+        value = value[:limit] + "…"
+    value = html.escape(value, quote=False)  # & < > first: the entities hold no special character
+    value = _MARKDOWN_SPECIAL.sub(r"\\\1", value)
+    return re.sub(r"[\r\n\t\v\f]+", " ", value)
+
+
+def code_span(text: object, limit: int = 200) -> str:
+    """`text` in a code span: shown literally (no escapes needed inside), a backtick in it
+    replaced so the span cannot be closed early, newlines folded."""
+    value = str(text)
+    if len(value) > limit:
+        value = value[:limit] + "…"
+    value = re.sub(r"[\r\n\t\v\f]+", " ", value.replace("`", "ʼ")).strip() or " "
+    return f"`{value}`"
+
+
+def markdown_message(text: object, limit: int = SHOWN_TEXT_MAX) -> str:
+    """A message of the page's own words with values inside (a finding's problem or fix, a
+    diagnosis): its `code spans` stay code spans, everything else is escaped. A backtick a
+    value brought in only shifts which parts are code; no part can render as a link or HTML."""
+    value = str(text)
+    if len(value) > limit:
+        value = value[:limit] + "…"
+    parts = value.split("`")
+    if len(parts) % 2 == 0:  # an unmatched backtick: the last part is text
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    out = []
+    for index, part in enumerate(parts):
+        if index % 2 and part.strip():
+            out.append(code_span(part, limit))
+        else:
+            out.append(escape_markdown(part, limit) if index % 2 == 0 else escape_markdown("`" + part + "`", limit))
+    return "".join(out)
 
 
 def field_for(key: str) -> str:
@@ -50,7 +104,8 @@ def field_messages(findings: list[Finding], fields: tuple[str, ...], locale: str
         if name in messages:
             mark = "⚠" if finding.severity == "problem" else "ℹ"
             problem, fix = finding_text(finding, locale)
-            messages[name].append(f"{mark} {problem} {t('word.fix', locale)}: {fix}")
+            # A field's info line is Markdown too (Gradio renders it): escaped like the panel.
+            messages[name].append(f"{mark} {markdown_message(problem)} {t('word.fix', locale)}: {markdown_message(fix)}")
     return {name: " ".join(lines) for name, lines in messages.items()}
 
 
@@ -61,7 +116,7 @@ def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
     for finding in findings:
         label = t("word.problem" if finding.severity == "problem" else "word.warning", locale)
         problem, fix = finding_text(finding, locale)
-        lines.append(f"- **{label}** `{finding.key}`: {problem} **{t('word.fix', locale)}:** {fix}")
+        lines.append(f"- **{label}** {code_span(finding.key, 64)}: {markdown_message(problem)} **{t('word.fix', locale)}:** {markdown_message(fix)}")
     return "\n".join(lines)
 
 
@@ -126,16 +181,17 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     if snapshot is None:
         return t("status.idle", locale)
     run = snapshot.run
-    lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=run.id)]
+    # status.line puts the id in a code span itself: only a backtick in it needs replacing.
+    lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=code_span(run.id)[1:-1])]
     if run.state == "failed":
-        code = t("word.unknown", locale) if run.exit_code is None else str(run.exit_code)
+        code = t("word.unknown", locale) if run.exit_code is None else escape_markdown(run.exit_code)
         lines.append(t("status.exit_code", locale, code=code))
         if run.stop_reason:
-            lines.append(run.stop_reason)
+            lines.append(escape_markdown(run.stop_reason))
         if cause:
-            lines.append(f"**{t('word.cause', locale)}:** {cause}")
+            lines.append(f"**{t('word.cause', locale)}:** {markdown_message(cause)}")
         if fix:
-            lines.append(f"**{t('word.fix', locale)}:** {fix}")
+            lines.append(f"**{t('word.fix', locale)}:** {markdown_message(fix)}")
         if not cause:
             lines.append(t("status.see_log", locale))
     elif run.state == "stopped":
@@ -152,13 +208,13 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
 
 
 def run_gone_markdown(run_id: str, locale: str = "en") -> str:
-    return t("status.run_gone", locale, run_id=run_id)
+    return t("status.run_gone", locale, run_id=code_span(run_id)[1:-1])
 
 
 def alert_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
     if not snapshot.alert:
         return ""
-    return f"⚠ **{t('word.alert', locale)}:** {snapshot.alert}"
+    return f"⚠ **{t('word.alert', locale)}:** {escape_markdown(snapshot.alert)}"
 
 
 def memory_title(snapshot: RunSnapshot, locale: str = "en") -> str:
@@ -198,7 +254,7 @@ def gpu_table_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
         used = series.used_gib[-1] if series.used_gib else None
         total = series.total_gib[-1] if series.total_gib else None
         memory = "—" if used is None else f"{used:.1f}" + ("" if total is None else f" / {total:.0f}") + " GiB"
-        rows.append(f"| {series.label} | {memory} | {_value(series.util_pct, '%')} | {_value(series.temp_c, '°C')} | {_value(series.power_w, 'W')} |")
+        rows.append(f"| {escape_markdown(series.label, 80)} | {memory} | {_value(series.util_pct, '%')} | {_value(series.temp_c, '°C')} | {_value(series.power_w, 'W')} |")
     return "\n".join(rows)
 
 
@@ -207,13 +263,13 @@ def estimate_markdown(estimate, locale: str = "en") -> str:
     if estimate is None or estimate.verdict == "unknown":
         return t("estimate.unknown", locale)
     gib = 1024**3
-    lines = [f"**{t('estimate.title', locale)}:** {estimate.summary()}"]
+    lines = [f"**{t('estimate.title', locale)}:** {markdown_message(estimate.summary())}"]
     for name, size in estimate.breakdown():
-        lines.append(f"- {name}: {size / gib:.2f} GiB")
+        lines.append(f"- {escape_markdown(name)}: {size / gib:.2f} GiB")
     if estimate.cheapest_fix:
-        lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {estimate.cheapest_fix}")
+        lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {markdown_message(estimate.cheapest_fix)}")
     for assumption in estimate.assumptions:
-        lines.append(f"_{assumption}_")
+        lines.append(f"_{markdown_message(assumption)}_")
     return "\n".join(lines)
 
 
@@ -222,10 +278,33 @@ def checks_markdown(checks, locale: str = "en") -> str:
     icons = {"ok": "✅", "warning": "⚠️", "problem": "❌"}
     rows = [f"| | {t('doctor.check', locale)} | {t('doctor.saw', locale)} | {t('word.fix', locale)} |", "|---|---|---|---|"]
     for check in checks:
-        saw = check.saw.replace("|", "\\|").replace("\n", " ")
-        fix = check.fix.replace("|", "\\|").replace("\n", " ")
-        rows.append(f"| {icons.get(check.verdict, '')} {t('verdict.' + check.verdict, locale)} | {check.name} | {saw} | {fix} |")
+        # markdown_message escapes "|" outside code spans; inside one it would still end the cell.
+        saw = markdown_message(check.saw).replace("|", "\\|") if "`" in check.saw else markdown_message(check.saw)
+        fix = markdown_message(check.fix).replace("|", "\\|") if "`" in check.fix else markdown_message(check.fix)
+        rows.append(f"| {icons.get(check.verdict, '')} {t('verdict.' + check.verdict, locale)} | {escape_markdown(check.name)} | {saw} | {fix} |")
     return "\n".join(rows)
+
+
+def preset_notes_markdown(preset, locale: str = "en") -> str:
+    """One line on a preset's hardware, and its notes, in the page's language. The notes and
+    env values come from a preset file, which anyone with access to presets/ can write."""
+    if preset is None:
+        return ""
+    parts = [code_span(preset.gfx_target)]
+    if preset.vram_gb:
+        parts.append(f"{preset.vram_gb:g} GB × {preset.devices_per_node}")
+    parts.append(t("preset.bf16" if preset.bf16 else "preset.no_bf16", locale))
+    if preset.env:
+        parts.append("env: " + ", ".join(code_span(f"{k}={v}") for k, v in preset.env))
+    text = " · ".join(parts)
+    notes = preset.notes_zh if locale.startswith("zh") and preset.notes_zh else preset.notes
+    return f"{text}  \n{markdown_message(notes)}" if notes else text
+
+
+def doctor_blockers_markdown(checks) -> str:
+    """The doctor's problems that would break a run, for beside Start (what they saw is the
+    machine's own text: escaped)."""
+    return "\n".join(f"❌ **{escape_markdown(c.name)}:** {markdown_message(c.saw)} — {markdown_message(c.fix)}" for c in checks)
 
 
 PROGRESS_CSS = """

@@ -22,12 +22,19 @@ from typing import Any
 import yaml
 
 from backend.checks import check_config
-from backend.config import FORM_DEFAULTS, parse_form
+from backend.config import FORM_DEFAULTS, parse_form, shown
 from backend.findings import Finding
 from backend.lf_check import did_you_mean, static_names
 from backend.presets import HardwarePreset
 
 MAX_NESTED_VALUES = 10_000  # a training config has ~50 scalars; aliases can make millions
+# A training config nests a list one level down; PyYAML builds nested values recursively,
+# so a 50,000-deep list would exhaust the stack: refused before and while parsing.
+MAX_NESTING = 32
+# Unknown keys examined one by one (a "did you mean" each costs ~1 ms); the rest are
+# reported together, so a file of thousands of misspelled keys costs no more than 50.
+MAX_UNKNOWN_KEYS_LISTED = 50
+KEY_SHOWN_CHARS = 64  # a key longer than any real one is shown cut, and never spell-checked
 FILE_KEY = "file"  # findings about the file as a whole
 
 # Form field -> the LLaMA-Factory key that holds it. `precision` and `gradient_checkpointing`
@@ -96,6 +103,15 @@ class _LlamaFactoryLoader(yaml.SafeLoader):
 
     duplicates: list[str]
 
+    def construct_yaml_int(self, node):  # type: ignore[override]
+        # int() of more than 4,300 digits raises ValueError (Python 3.11's limit) and far
+        # fewer are already outside every range: such a number stays its text, which
+        # parse_form refuses with a range finding naming the key.
+        digits = str(node.value).lstrip("+-").replace("_", "")
+        if digits.isdigit() and len(digits) > 30:
+            return str(node.value)
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node, deep=False):  # type: ignore[override]
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -125,6 +141,29 @@ _LlamaFactoryLoader.yaml_implicit_resolvers = {
 }
 for _first in "-+0123456789.":
     _LlamaFactoryLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(0, ("tag:yaml.org,2002:float", _FLOAT))
+_LlamaFactoryLoader.add_constructor("tag:yaml.org,2002:int", _LlamaFactoryLoader.construct_yaml_int)
+
+
+def _too_deep() -> Finding:
+    return Finding(
+        FILE_KEY,
+        f"The file nests values more than {MAX_NESTING} levels deep.",
+        "A training YAML holds plain `key: value` lines (a list at most one level down).",
+        rule="yaml-too-deep",
+    )
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ and { in `text` (brackets inside quotes count too: an
+    over-estimate only for configs no one writes)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
 
 
 def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] | None, list[Finding]]:
@@ -134,6 +173,8 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
         return None, [Finding(FILE_KEY, f"The file is {size:,} bytes; a training config is a few kB (limit {max_bytes:,}).", "Import the training YAML itself, not a dataset or a log.", rule="yaml-too-large")]
     if not text.strip():
         return None, [Finding(FILE_KEY, "The file is empty.", "Paste or pick a LLaMA-Factory training YAML.", rule="yaml-empty")]
+    if _flow_depth(text) > MAX_NESTING:
+        return None, [_too_deep()]
     loader = None
     try:
         # The reader rejects control characters as soon as it is built: inside the try.
@@ -145,6 +186,11 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
         at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
         what = getattr(error, "problem", None) or str(error).splitlines()[0]
         return None, [Finding(FILE_KEY, f"This is not valid YAML{at}: {what}.", "Fix the syntax there (indent with spaces, `key: value` on each line).", rule="yaml-syntax")]
+    except RecursionError:  # block nesting ("- - - - x", deep indentation) the scan cannot see
+        return None, [_too_deep()]
+    except (ValueError, OverflowError, TypeError) as error:  # a constructor's own refusal of a value
+        what = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        return None, [Finding(FILE_KEY, f"This is not valid YAML: {what}.", "Fix the syntax there (indent with spaces, `key: value` on each line).", rule="yaml-syntax")]
     finally:
         if loader is not None:
             loader.dispose()
@@ -157,24 +203,29 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
     ]
     bad_keys = [k for k in data if not isinstance(k, str)]
     for key in bad_keys:
-        findings.append(Finding(str(key), f"Key {key!r} is not a name.", "Keys are LLaMA-Factory argument names such as learning_rate.", rule="yaml-key-not-text", patch={}))
-    if _count_values(data, MAX_NESTED_VALUES) > MAX_NESTED_VALUES:
+        findings.append(Finding(shown(key), f"Key {shown(key)} is not a name.", "Keys are LLaMA-Factory argument names such as learning_rate.", rule="yaml-key-not-text", patch={}))
+    count, depth = _count_values(data, MAX_NESTED_VALUES)
+    if count > MAX_NESTED_VALUES:
         return None, [Finding(FILE_KEY, "The file expands to too many values (YAML anchors or deep nesting).", "A training YAML holds plain `key: value` lines; remove the anchors (&name / *name).", rule="yaml-too-many-values")]
+    if depth > MAX_NESTING:
+        return None, [_too_deep()]
     return {k: v for k, v in data.items() if isinstance(k, str)}, findings
 
 
-def _count_values(value: Any, budget: int) -> int:
-    """Values reachable from `value`, counting shared ones each time, up to budget + 1."""
-    count, stack = 0, [value]
+def _count_values(value: Any, budget: int) -> tuple[int, int]:
+    """(values reachable from `value`, counting shared ones each time, up to budget + 1;
+    the deepest nesting seen). Iterative: no recursion over what the file nests."""
+    count, deepest, stack = 0, 0, [(value, 0)]
     while stack and count <= budget:
-        item = stack.pop()
+        item, depth = stack.pop()
         count += 1
+        deepest = max(deepest, depth)
         if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+            stack.extend((k, depth + 1) for k in item.keys())
+            stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return count
+            stack.extend((v, depth + 1) for v in item)
+    return count, deepest
 
 
 # --- form values ------------------------------------------------------------------------
@@ -460,20 +511,35 @@ def rule_template_unset(args: dict[str, Any], preset: HardwarePreset | None) -> 
 _KEYS_WITH_RULES = frozenset({"disable_flash_attn", "compute_type", "compute_device", "device_map"})
 
 
+def _key_shown(key: str) -> str:
+    return key if len(key) <= KEY_SHOWN_CHARS else key[:KEY_SHOWN_CHARS] + "…"
+
+
 def rule_unknown_keys(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
     known = static_names().keys
     findings = []
-    for key, value in args.items():
-        if key in known or key in _KEYS_WITH_RULES:
-            continue
-        guess = did_you_mean(key, known)
+    unknown = [key for key in args if key not in known and key not in _KEYS_WITH_RULES]
+    for key in unknown[:MAX_UNKNOWN_KEYS_LISTED]:
+        value = args[key]
+        guess = did_you_mean(key, known) if len(key) <= KEY_SHOWN_CHARS else None
         if guess and guess not in args:
             fix, patch = f"Did you mean `{guess}`? Rename it.", {key: None, guess: value}
         elif guess:
             fix, patch = f"Remove it (did you mean `{guess}`? That is already set).", {key: None}
         else:
             fix, patch = "Remove it.", {key: None}
-        findings.append(Finding(key, f"`{key}` is not a LLaMA-Factory key; its parser refuses the whole file.", fix, rule="yaml-unknown-key", patch=patch))
+        findings.append(Finding(key, f"`{_key_shown(key)}` is not a LLaMA-Factory key; its parser refuses the whole file.", fix, rule="yaml-unknown-key", patch=patch))
+    rest = unknown[MAX_UNKNOWN_KEYS_LISTED:]
+    if rest:
+        findings.append(
+            Finding(
+                FILE_KEY,
+                f"{len(rest)} more keys are not LLaMA-Factory keys either (the first {MAX_UNKNOWN_KEYS_LISTED} are listed one by one).",
+                "Remove them: a training YAML holds a few dozen keys.",
+                rule="yaml-unknown-keys-more",
+                patch={key: None for key in rest},
+            )
+        )
     return findings
 
 
@@ -483,7 +549,7 @@ def rule_not_in_form(args: dict[str, Any], preset: HardwarePreset | None) -> lis
     return [
         Finding(
             key,
-            f"The form has no field for `{key}`: a run started from the form goes without it.",
+            f"The form has no field for `{_key_shown(key)}`: a run started from the form goes without it.",
             "Run this file with llamafactory-cli (see Export) if you need it.",
             severity="warning",
             rule="yaml-not-in-form",

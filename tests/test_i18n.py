@@ -134,8 +134,9 @@ def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
 
 
 def test_the_rule_name_reader_sees_every_checks_rule() -> None:
-    # The AST reader is what the coverage test relies on; checks.py has ~46 rules.
-    assert len(_rule_names_in(ROOT / "backend" / "checks.py")) >= 40
+    # The AST reader is what the coverage test relies on; checks.py has ~36 rules, and the
+    # range rules live in config.py's NUMBER_RANGES table (rule="..." keywords).
+    assert len(_rule_names_in(ROOT / "backend" / "checks.py") | _rule_names_in(ROOT / "backend" / "config.py")) >= 50
     yaml_rules = _rule_names_in(ROOT / "backend" / "yaml_import.py")
     assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-not-in-form"} <= yaml_rules
     assert _rule_names_in(ROOT / "backend" / "lf_check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
@@ -258,6 +259,9 @@ CRAFTED_YAML: list[tuple[str, str | None]] = [
     ("do_train: true\nbf16: true\nfp16: true\n", "rx6900xt"),
     ("do_train: true\nbf16: true\nfp16: true\n", None),
     ("do_train: false\nstage: dpo\nfinetuning_type: qlora\nlora_rank: abc\n", "rx7900xtx"),
+    # hostile: nesting deeper than any config, and more misspelled keys than are listed
+    ("lora_target: " + "[" * 100 + "]" * 100 + "\n", "rx7900xtx"),
+    ("do_train: true\n" + "".join(f"not_a_key_{n}: 1\n" for n in range(60)), "rx7900xtx"),
 ]
 
 

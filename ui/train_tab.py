@@ -50,7 +50,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
             field("preset", gr.Dropdown, choices=board.preset_choices(), label=texts("label.preset"))
-            preset_notes = gr.Markdown(board.preset_notes(defaults["preset"]), elem_id="preset-notes")
+            preset_notes = gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes")
             field("model_path", gr.Textbox, label=texts("label.model_path"))
             field("template", gr.Textbox, label=texts("label.template"))
             with gr.Row():
@@ -130,21 +130,21 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
         return dict(zip(ALL_FIELDS, values))
 
-    def field_updates(findings) -> list[Any]:
-        messages = view.field_messages(findings, ALL_FIELDS)
+    def field_updates(findings, locale: str = "en") -> list[Any]:
+        messages = view.field_messages(findings, ALL_FIELDS, locale)
         return [gr.update(info=messages[name] or None) for name in ALL_FIELDS]
 
     def on_preset(preset_id: str, locale: str):
         values = board.form_for_preset(preset_id)
         updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
-        return [*updates, board.preset_notes(preset_id, locale), board.doctor_blockers_markdown(preset_id)]
+        return [*updates, view.preset_notes_markdown(board.preset(preset_id), locale), board.doctor_blockers_markdown(preset_id)]
 
     # .input, not .change: filling the form must not re-fire when the value is set by code.
     fields["preset"].input(on_preset, [fields["preset"], locale_state], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
-        return [result.yaml_text, result.command, view.findings_markdown(result.findings, locale), gr.Accordion(open=True), *field_updates(result.findings)]
+        return [result.yaml_text, result.command, view.findings_markdown(result.findings, locale), gr.Accordion(open=True), *field_updates(result.findings, locale)]
 
     preview_button.click(on_preview, [locale_state, *form_inputs], [preview_yaml, preview_command, findings_box, preview_panel, *form_inputs])
 
@@ -192,11 +192,11 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         result = board.start(form_of(values))
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
-            return [gr.skip(), findings_text, *field_updates(result.findings), *[gr.skip()] * len(run_outputs)]
+            return [gr.skip(), findings_text, *field_updates(result.findings, locale), *[gr.skip()] * len(run_outputs)]
         run_id = result.run.id
         outputs = render(run_id, None, locale)
         outputs[-1] = gr.Timer(active=True)
-        return [run_id, findings_text, *field_updates(result.findings), *outputs]
+        return [run_id, findings_text, *field_updates(result.findings, locale), *outputs]
 
     start_button.click(
         on_start,
