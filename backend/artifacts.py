@@ -2,17 +2,24 @@
 
 The archive holds the adapter, its config, the tokenizer files LLaMA-Factory saved beside
 it, and the run's config.yaml: what a user needs to load the adapter elsewhere. Only
-regular files directly inside the run's own output directory are taken; a symlink planted
-there (pointing anywhere) is skipped, never followed.
+regular files directly inside the run's own output directory are taken, each opened
+without following links (backend.safe_files): a symlink planted there (pointing anywhere),
+an `output/` that is itself a link, or a second name (hard link) of a file elsewhere, is
+skipped, never followed. The archive is written under an unpredictable temporary name and
+renamed into place, so a link planted at adapter.zip or at any temporary name is replaced,
+never written through.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import time
 import zipfile
 from pathlib import Path
 
+from backend import safe_files
 from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -33,41 +40,75 @@ class NoAdapter(FileNotFoundError):
     pass
 
 
-def _regular_file(path: Path) -> bool:
-    """A regular file, not a symlink (lstat: the link itself, not what it points at)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
+def _packable(run_dir: Path, relative: str) -> os.stat_result | None:
+    """The file's lstat when it may be packed: a regular file with one name, reached
+    without following a link; else None."""
+    found = safe_files.lstat_in_run(run_dir, relative)
+    if found is None or not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+        return None
+    return found
 
 
 def has_adapter(run_dir: Path) -> bool:
-    output = run_dir / OUTPUT_DIR
-    return all(_regular_file(output / name) for name in ADAPTER_FILES)
+    return all(_packable(run_dir, f"{OUTPUT_DIR}/{name}") is not None for name in ADAPTER_FILES)
 
 
-def adapter_members(run_dir: Path) -> list[tuple[Path, str]]:
-    """(file on disk, name in the archive) for every file the archive carries."""
-    output = run_dir / OUTPUT_DIR
+def adapter_members(run_dir: Path) -> list[tuple[str, str]]:
+    """(path inside the run, name in the archive) for every file the archive carries."""
     if not has_adapter(run_dir):
         raise NoAdapter(f"run {run_dir.name} has no trained adapter yet (no {ADAPTER_FILES[0]} in {OUTPUT_DIR}/)")
-    members = [(output / name, name) for name in ADAPTER_FILES]
-    members += [(output / name, name) for name in TOKENIZER_FILES if _regular_file(output / name)]
-    if _regular_file(run_dir / CONFIG_FILE):
-        members.append((run_dir / CONFIG_FILE, CONFIG_FILE))
-    return members
+    members = [(f"{OUTPUT_DIR}/{name}", name) for name in ADAPTER_FILES + TOKENIZER_FILES]
+    members.append((CONFIG_FILE, CONFIG_FILE))
+    return [(relative, name) for relative, name in members if _packable(run_dir, relative) is not None]
+
+
+def _current_archive(run_dir: Path, members: list[tuple[str, str]]) -> bool:
+    """Whether adapter.zip is one this app built from these members and is not older than
+    any of them (a planted file of another shape, or a second name of one, is rebuilt)."""
+    found = _packable(run_dir, ADAPTER_ZIP)
+    newest = max(_packable(run_dir, relative).st_mtime for relative, _ in members)  # type: ignore[union-attr]
+    if found is None or found.st_mtime < newest:
+        return False
+    try:
+        with safe_files.opened(run_dir, ADAPTER_ZIP) as handle, zipfile.ZipFile(handle) as archive:
+            return sorted(archive.namelist()) == sorted(name for _, name in members)
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _zip_info(name: str, found: os.stat_result) -> zipfile.ZipInfo:
+    """What ZipInfo.from_file records, from the stat of a file already open."""
+    info = zipfile.ZipInfo(name, date_time=time.localtime(max(found.st_mtime, 315532800))[:6])  # zip dates start in 1980
+    info.external_attr = (stat.S_IMODE(found.st_mode) | stat.S_IFREG) << 16
+    info.file_size = found.st_size
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
 
 
 def build_adapter_zip(run_dir: Path) -> Path:
     """runs/<id>/adapter.zip, rebuilt when the adapter is newer than the archive."""
     members = adapter_members(run_dir)
     target = run_dir / ADAPTER_ZIP
-    newest = max(os.lstat(path).st_mtime for path, _ in members)
-    if _regular_file(target) and os.lstat(target).st_mtime >= newest:
+    if _current_archive(run_dir, members):
         return target
-    partial = target.with_name(f".{ADAPTER_ZIP}.partial")
-    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path, name in members:
-            archive.write(path, arcname=name)
-    os.replace(partial, target)
+    dir_fd = safe_files.open_run_dir(run_dir)
+    partial = safe_files.temp_name(ADAPTER_ZIP)
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for relative, name in members:
+                    with safe_files.opened(run_dir, relative) as source:
+                        info = _zip_info(name, os.fstat(source.fileno()))
+                        with archive.open(info, "w") as member:
+                            shutil.copyfileobj(source, member, 1024 * 1024)
+            os.replace(partial, ADAPTER_ZIP, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(partial, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
     return target

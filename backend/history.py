@@ -1,16 +1,19 @@
 """The runs view: one summary line per run, and the loss curves of several runs overlaid.
 
 Everything is read from the run directories, never from memory of the web process, so the
-view is the same after a restart. It is also cheap with many long runs: a summary reads
-only the end of each trainer_log.jsonl, and what it read is kept until the file's size or
-mtime changes (a finished run is read once).
+view is the same after a restart. It is also cheap with many long runs, and bounded with a
+hostile one: a summary reads only the end of each trainer_log.jsonl (at most
+TAIL_MAX_BYTES, however the file looks), an overlay curve reads a long log in evenly spaced
+windows (at most CURVE_READ_BYTES), and what was read is kept until the file's size or
+mtime changes (a finished run is read once). Every file is opened inside its run without
+following links (backend.safe_files).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -19,13 +22,38 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from backend import safe_files
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
-from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, parse_metric
-from backend.runs import OUTPUT_DIR, STATE_FILE, RunNotFound, RunState, RunStore
+from backend.logs import (
+    MAX_LINE_BYTES,
+    TRAINER_LOG,
+    JsonlTail,
+    MetricPoint,
+    MetricSeries,
+    parse_metric,
+    parse_records,
+    sampled_lines,
+)
+from backend.runs import (
+    OUTPUT_DIR,
+    SMALL_FILE_MAX_BYTES,
+    STATE_FILE,
+    RunNotFound,
+    RunState,
+    RunStore,
+)
 
 HISTORY_HEADERS: tuple[str, ...] = ("Run", "Name", "Preset", "Model", "State", "Steps", "Last loss", "Duration", "Started")
 
 TAIL_BYTES = 16 * 1024  # ~50 trainer-log lines; doubled until a line with a loss turns up
+# ... up to this window (~13 000 lines; 8 MiB read in all): a log whose last 4 MiB hold no
+# loss is summed up by its last step, without a loss.
+TAIL_MAX_BYTES = 4 * 1024 * 1024
+# An overlay curve reads a log up to this size whole; a longer one in CURVE_WINDOWS evenly
+# spaced windows of CURVE_WINDOW_BYTES (the same 16 MiB at most): its shape, not every step.
+CURVE_READ_BYTES = 16 * 1024 * 1024
+CURVE_WINDOWS = 2048
+CURVE_WINDOW_BYTES = CURVE_READ_BYTES // CURVE_WINDOWS
 ATTEMPTS_DIR = "attempts"  # backend.resume archives each earlier attempt's state.json here
 
 # One colour per run in an overlay, distinct on white and for common colour blindness
@@ -67,21 +95,36 @@ _curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
 _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
 
 
-def _file_key(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = os.stat(path)
-    except OSError:
+def _in_run(path: Path, run_dir: Path | None) -> tuple[Path, Path]:
+    """(run directory, path inside it) of a run file; a bare path's own directory is its root."""
+    if run_dir is None:
+        return path.parent, Path(path.name)
+    return run_dir, path.relative_to(run_dir)
+
+
+def _file_key(path: Path, run_dir: Path | None = None) -> tuple[int, int] | None:
+    """(size, mtime) of a regular file reached without following links, else None."""
+    found = safe_files.lstat_in_run(*_in_run(path, run_dir))
+    if found is None or not stat.S_ISREG(found.st_mode):
         return None
-    return stat.st_size, stat.st_mtime_ns
+    return found.st_size, found.st_mtime_ns
 
 
-def _parse_tail(data: bytes, whole: bool) -> LogTail | None:
-    """LogTail from the last bytes of a log; None when they hold no loss and more is left."""
+def _read_window(handle, start: int, length: int) -> bytes:
+    handle.seek(start)
+    return handle.read(length)
+
+
+def _parse_tail(data: bytes, whole: bool, last_try: bool = False) -> LogTail | None:
+    """LogTail from the last bytes of a log; None when they hold no loss and more is left
+    (and this is not the last window it may read)."""
     lines = data.split(b"\n")
     if not whole:
         lines = lines[1:]  # the first line is probably cut by the window
     step = total = None
     for line in reversed(lines):
+        if len(line) > MAX_LINE_BYTES:
+            continue
         try:
             record = json.loads(line)
         except (ValueError, UnicodeDecodeError):
@@ -93,12 +136,13 @@ def _parse_tail(data: bytes, whole: bool) -> LogTail | None:
             step, total = point.step, point.total_steps
         if point.loss is not None:
             return LogTail(step, total, point.loss)
-    return LogTail(step, total, None) if whole else None
+    return LogTail(step, total, None) if whole or last_try else None
 
 
-def read_log_tail(path: Path) -> LogTail:
-    """The last step, total and last loss of a trainer log, reading only its end."""
-    key = _file_key(path)
+def read_log_tail(path: Path, run_dir: Path | None = None) -> LogTail:
+    """The last step, total and last loss of a trainer log, reading only its end: windows
+    from TAIL_BYTES doubling up to TAIL_MAX_BYTES (2 * TAIL_MAX_BYTES read at most)."""
+    key = _file_key(path, run_dir)
     if key is None:
         return LogTail(None, None, None)
     with _cache_lock:
@@ -108,12 +152,12 @@ def read_log_tail(path: Path) -> LogTail:
     window = TAIL_BYTES
     tail: LogTail | None = None
     try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
+        with safe_files.opened(*_in_run(path, run_dir)) as handle:
+            size = key[0]
             while tail is None:
+                window = min(window, TAIL_MAX_BYTES)
                 start = max(0, size - window)
-                handle.seek(start)
-                tail = _parse_tail(handle.read(size - start), whole=start == 0)
+                tail = _parse_tail(_read_window(handle, start, size - start), whole=start == 0, last_try=window >= TAIL_MAX_BYTES)
                 window *= 2
     except OSError:
         return LogTail(None, None, None)
@@ -122,10 +166,11 @@ def read_log_tail(path: Path) -> LogTail:
     return tail
 
 
-def read_curve(path: Path) -> list[MetricPoint]:
-    """The whole curve of a trainer log, as the live chart draws it (a resumed run's
-    repeated steps replace the superseded ones); cached by size and mtime."""
-    key = _file_key(path)
+def read_curve(path: Path, run_dir: Path | None = None) -> list[MetricPoint]:
+    """The curve of a trainer log, as the live chart draws it (a resumed run's repeated
+    steps replace the superseded ones); a log longer than CURVE_READ_BYTES is sampled in
+    evenly spaced windows. Cached by size and mtime."""
+    key = _file_key(path, run_dir)
     if key is None:
         return []
     with _cache_lock:
@@ -133,16 +178,26 @@ def read_curve(path: Path) -> list[MetricPoint]:
     if cached is not None and cached[0] == key:
         return list(cached[1])
     series = MetricSeries()
-    series.extend([p for p in map(parse_metric, JsonlTail(path).poll()) if p is not None])
+    if key[0] <= CURVE_READ_BYTES:
+        for records in JsonlTail(path, run_dir=_in_run(path, run_dir)[0]).read_all():
+            series.extend([p for p in map(parse_metric, records) if p is not None])
+    else:
+        try:
+            with safe_files.opened(*_in_run(path, run_dir)) as handle:
+                for lines in sampled_lines(handle, 0, key[0], CURVE_WINDOWS, CURVE_WINDOW_BYTES):
+                    series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None])
+        except OSError:
+            pass
     with _cache_lock:
         _curve_cache[path] = (key, tuple(series.points))
     return list(series.points)
 
 
-def _attempt_span(state_file: Path) -> tuple[float, float] | None:
+def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
     """(started_at, ended_at) of an archived attempt, from its state.json (immutable once
     archived, so cached by size and mtime)."""
-    key = _file_key(state_file)
+    state_file = run_dir / relative
+    key = _file_key(state_file, run_dir)
     if key is None:
         return None
     with _cache_lock:
@@ -151,7 +206,7 @@ def _attempt_span(state_file: Path) -> tuple[float, float] | None:
         return cached[1]
     span = None
     try:
-        data = json.loads(state_file.read_text(encoding="utf-8"))
+        data = json.loads(safe_files.read_text(run_dir, relative, SMALL_FILE_MAX_BYTES))
         started, ended = data.get("started_at"), data.get("ended_at")
         if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
             span = (float(started), float(ended))
@@ -166,10 +221,11 @@ def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
     """Training time over all attempts. A span is counted once: a resume that failed to
     launch archives the same attempt twice (attempts/2 and attempts/2-2)."""
     spans: set[tuple[float, float]] = set()
-    attempts = run_dir / ATTEMPTS_DIR
-    if state.attempts > 1 and attempts.is_dir():
-        for entry in attempts.iterdir():
-            span = None if entry.name.startswith(".") else _attempt_span(entry / STATE_FILE)
+    if state.attempts > 1:
+        for name, found in safe_files.list_dir(run_dir, ATTEMPTS_DIR):
+            if name.startswith(".") or not stat.S_ISDIR(found.st_mode):
+                continue
+            span = _attempt_span(run_dir, f"{ATTEMPTS_DIR}/{name}/{STATE_FILE}")
             if span is not None:
                 spans.add(span)
     end = now if state.active else state.ended_at
@@ -206,7 +262,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
         except RunNotFound:
             continue  # deleted between the listing and now
         live.add(run_dir)
-        tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG)
+        tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir)
         summaries.append(
             RunSummary(
                 id=state.id,
@@ -294,7 +350,7 @@ def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MA
         except RunNotFound:
             missing.append(str(run_id))
             continue
-        with_loss = [p for p in read_curve(run_dir / OUTPUT_DIR / TRAINER_LOG) if p.loss is not None]
+        with_loss = [p for p in read_curve(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir) if p.loss is not None]
         steps = [p.step for p in with_loss]
         smoothed = smooth([float(p.loss) for p in with_loss])  # type: ignore[arg-type]
         keep = downsample_indices(len(steps), max_points, smoothed)

@@ -21,6 +21,10 @@ What LLaMA-Factory 0.9.5 and transformers 5.6 do, and why each step below exists
 - Checkpoints are written in place, weights first and `trainer_state.json` last (transformers
   Trainer._save_checkpoint); a checkpoint directory without a readable trainer_state.json
   or without its weights is half written and is never resumed from.
+
+Every file of the run is reached without following a link (backend.safe_files): a checkpoint,
+log, config or output file planted as a symlink is no checkpoint, no log, and is neither
+read, appended to, nor archived. The trainer log is only ever read at its end (bounded).
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
-import tempfile
-import time
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,12 +42,14 @@ from typing import Any
 
 import yaml
 
+from backend import safe_files
 from backend.findings import Finding
 from backend.logs import TRAINER_LOG
 from backend.runs import (
     CONFIG_FILE,
     LOG_FILE,
     OUTPUT_DIR,
+    SMALL_FILE_MAX_BYTES,
     STATE_FILE,
     RunNotFound,
     RunState,
@@ -68,6 +74,10 @@ MANIFEST_FILE = "manifest.json"
 # results. Larger ones (full fine-tuning weights) are listed in the manifest, not copied:
 # their step is kept in the checkpoint the resume starts from.
 ARCHIVE_MAX_FILE_BYTES = 256 * 1024 * 1024
+# trainer_state.json holds the whole log history: ~200 bytes a logged step.
+TRAINER_STATE_MAX_BYTES = 64 * 1024 * 1024
+# The end of the trainer log read to find its last step (doubling from 64 KiB up to this).
+LOG_END_MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -122,44 +132,46 @@ class ResumeRefused(RuntimeError):
 # --- checkpoints ---------------------------------------------------------------------
 
 
-def _regular_file(path: Path) -> bool:
-    try:
-        return path.is_file() and not path.is_symlink()
-    except OSError:
-        return False
+def _regular_file(root: Path, relative: str | Path) -> os.stat_result | None:
+    """lstat of a regular file inside `root` reached without following links, else None."""
+    found = safe_files.lstat_in_run(root, relative)
+    return found if found is not None and stat.S_ISREG(found.st_mode) else None
 
 
-def _has_weights(directory: Path) -> bool:
-    if any(_regular_file(directory / name) and (directory / name).stat().st_size > 0 for name in WEIGHT_FILES):
+def _has_weights(root: Path, directory: Path) -> bool:
+    """Whether the checkpoint `directory` (relative to `root`) holds its weights."""
+    if any((found := _regular_file(root, directory / name)) is not None and found.st_size > 0 for name in WEIGHT_FILES):
         return True
     for index_name in WEIGHT_INDEX_FILES:
-        index = directory / index_name
-        if not _regular_file(index):
-            continue
         try:
-            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+            shards = set(json.loads(safe_files.read_text(root, directory / index_name, SMALL_FILE_MAX_BYTES * 16))["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if shards and all(_regular_file(directory / shard) for shard in shards):
+        if shards and all(isinstance(shard, str) and "/" not in shard and _regular_file(root, directory / shard) for shard in shards):
             return True
     return False
 
 
-def checkpoint_info(path: Path) -> CheckpointInfo | None:
-    """The checkpoint at `path` if it is complete, else None (half written, or not one)."""
+def checkpoint_info(path: Path, run_dir: Path | None = None) -> CheckpointInfo | None:
+    """The checkpoint at `path` if it is complete, else None (half written, or not one).
+    Inside `run_dir` (default: the checkpoint's parent) no link on the way is followed."""
     match = CHECKPOINT_DIR_PATTERN.match(path.name)
-    if match is None or path.is_symlink() or not path.is_dir():
+    if match is None:
         return None
-    state_file = path / TRAINER_STATE_FILE
-    if not _regular_file(state_file):
+    root = Path(run_dir) if run_dir is not None else path.parent
+    try:
+        relative = path.relative_to(root)
+    except ValueError:
+        return None
+    if not safe_files.is_directory(root, relative):
         return None
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
+        state = json.loads(safe_files.read_text(root, relative / TRAINER_STATE_FILE, TRAINER_STATE_MAX_BYTES))
     except (OSError, ValueError):
-        return None  # cut off mid-write
+        return None  # missing, a link, too large, or cut off mid-write
     if not isinstance(state, dict) or state.get("global_step") != int(match.group(1)):
         return None
-    if not _has_weights(path):
+    if not _has_weights(root, relative):
         return None
     max_steps = state.get("max_steps")
     history = state.get("log_history")
@@ -172,12 +184,9 @@ def checkpoint_info(path: Path) -> CheckpointInfo | None:
 
 
 def _checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """checkpoint-N directories of the run's output, highest N first."""
+    """checkpoint-N directories of the run's output (real directories, not links), highest N first."""
     output = Path(run_dir) / OUTPUT_DIR
-    try:
-        entries = [entry for entry in output.iterdir() if CHECKPOINT_DIR_PATTERN.match(entry.name)]
-    except OSError:
-        return []
+    entries = [output / name for name, found in safe_files.list_dir(run_dir, OUTPUT_DIR) if CHECKPOINT_DIR_PATTERN.match(name) and stat.S_ISDIR(found.st_mode)]
     return sorted(entries, key=lambda entry: int(CHECKPOINT_DIR_PATTERN.match(entry.name).group(1)), reverse=True)  # type: ignore[union-attr]
 
 
@@ -185,7 +194,7 @@ def latest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, tu
     """(the newest complete checkpoint, names of newer ones skipped as half written)."""
     skipped: list[str] = []
     for path in _checkpoint_dirs(run_dir):
-        info = checkpoint_info(path)
+        info = checkpoint_info(path, run_dir)
         if info is not None:
             return info, tuple(skipped)
         skipped.append(path.name)
@@ -202,26 +211,40 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 # --- the trainer log -----------------------------------------------------------------
 
 
-def _log_records(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """(the parseable records of a trainer log, whether its last line is cut off)."""
+def _log_end(run_dir: Path) -> tuple[int | None, bool]:
+    """(the last step the trainer log records, whether its last line is cut off), read from
+    the log's end only: windows from 64 KiB doubling up to LOG_END_MAX_BYTES."""
+    relative = f"{OUTPUT_DIR}/{TRAINER_LOG}"
     try:
-        data = path.read_bytes()
+        with safe_files.opened(run_dir, relative) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                return None, False
+            handle.seek(size - 1)
+            cut_off = handle.read(1) != b"\n"
+            window = 64 * 1024
+            while True:
+                start = max(0, size - window)
+                handle.seek(start)
+                lines = handle.read(size - start).split(b"\n")
+                if start > 0:
+                    lines = lines[1:]  # cut by the window
+                for line in reversed(lines):
+                    try:
+                        record = json.loads(line)
+                    except (ValueError, UnicodeDecodeError):
+                        continue
+                    if isinstance(record, dict) and isinstance(record.get("current_steps"), int):
+                        return record["current_steps"], cut_off
+                if start == 0 or window >= LOG_END_MAX_BYTES:
+                    return None, cut_off
+                window *= 2
     except OSError:
-        return [], False
-    records = []
-    for line in data.split(b"\n"):
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(record, dict) and isinstance(record.get("current_steps"), int):
-            records.append(record)
-    return records, bool(data) and not data.endswith(b"\n")
+        return None, False
 
 
-def _last_logged_step(path: Path) -> int | None:
-    records, _ = _log_records(path)
-    return records[-1]["current_steps"] if records else None
+def _last_logged_step(run_dir: Path) -> int | None:
+    return _log_end(run_dir)[0]
 
 
 def recovered_records(checkpoint: CheckpointInfo, after_step: int) -> list[dict[str, Any]]:
@@ -251,17 +274,16 @@ def recovered_records(checkpoint: CheckpointInfo, after_step: int) -> list[dict[
 
 def repair_trainer_log(output_dir: Path, checkpoint: CheckpointInfo) -> list[int]:
     """Makes the log safe to append to, and gap-free up to the checkpoint; returns the steps
-    it appended. Only appends: not a byte already in the file changes."""
-    path = Path(output_dir) / TRAINER_LOG
-    records, cut_off = _log_records(path)
-    last = records[-1]["current_steps"] if records else 0
-    missing = recovered_records(checkpoint, last)
+    it appended. Only appends: not a byte already in the file changes. (The log is opened
+    inside the run without following a link; a planted link is refused, never appended to.)"""
+    run_dir = Path(output_dir).parent
+    last, cut_off = _log_end(run_dir)
+    missing = recovered_records(checkpoint, last or 0)
     if not cut_off and not missing:
         return []
-    with open(path, "a", encoding="utf-8") as handle:
-        if cut_off:
-            handle.write("\n")  # the half line stays (a reader skips it as garbage), closed
-        handle.writelines(json.dumps(record) + "\n" for record in missing)
+    text = ("\n" if cut_off else "") + "".join(json.dumps(record) + "\n" for record in missing)  # a half line stays, closed
+    with safe_files.opened(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", "ab") as handle:
+        handle.write(text.encode("utf-8"))
     return [r["current_steps"] for r in missing]
 
 
@@ -292,10 +314,10 @@ def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
             "To train further, start a new run (with more steps, or from its adapter).",
             "run-finished",
         )
-    if not _regular_file(run_dir / CONFIG_FILE) or not isinstance(_config_args(run_dir), dict):
+    if not isinstance(_config_args(run_dir), dict):
         return Refusal(run_id, f"Run {run_id} has no {CONFIG_FILE}, so it cannot be started again.", "Start a new run with the same settings.", "no-config")
     info, skipped = latest_complete_checkpoint(run_dir)
-    logged = _last_logged_step(run_dir / OUTPUT_DIR / TRAINER_LOG)
+    logged = _last_logged_step(run_dir)
     if info is None:
         save_steps = _config_value(run_dir, "save_steps")
         every = ""
@@ -328,7 +350,7 @@ def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
 
 def _config_args(run_dir: Path) -> Any:
     try:
-        return yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        return yaml.safe_load(safe_files.read_text(run_dir, CONFIG_FILE, SMALL_FILE_MAX_BYTES))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
 
@@ -339,53 +361,59 @@ def _config_value(run_dir: Path, key: str) -> Any:
 
 
 def archive_attempt(run_dir: Path, attempt: int) -> Path:
-    """Copies what attempt `attempt` left (config.yaml, state.json, the files directly in
-    output/) to attempts/<attempt>/, assembled under a hidden name and renamed into place."""
-    attempts = Path(run_dir) / ATTEMPTS_DIR
-    attempts.mkdir(exist_ok=True)
-    target = attempts / str(attempt)
+    """Copies what attempt `attempt` left (config.yaml, state.json, the regular files directly
+    in output/) to attempts/<attempt>/, assembled under a hidden, unpredictable name and
+    renamed into place. Nothing is reached through a link: a planted link is not copied."""
+    run_dir = Path(run_dir)
+    safe_files.make_dir(run_dir, ATTEMPTS_DIR)
+    name = str(attempt)
     n = 1
-    while target.exists():  # an earlier resume of this attempt failed to launch: keep both
-        n += 1
-        target = attempts / f"{attempt}-{n}"
-    staging = Path(tempfile.mkdtemp(prefix=".new-", dir=attempts))
+    while safe_files.lstat_in_run(run_dir, f"{ATTEMPTS_DIR}/{name}") is not None:
+        n += 1  # an earlier resume of this attempt failed to launch: keep both
+        name = f"{attempt}-{n}"
+    staging = f".new-{secrets.token_hex(8)}"
+    attempts_fd = safe_files.open_dir_in_run(run_dir, ATTEMPTS_DIR)
     copied: list[str] = []
     not_copied: list[dict[str, Any]] = []
+
+    def copy(relative: str) -> None:
+        with safe_files.opened(run_dir, relative) as source:
+            fd = safe_files.open_in_run(run_dir, f"{ATTEMPTS_DIR}/{staging}/{relative}", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            with os.fdopen(fd, "wb") as target:
+                shutil.copyfileobj(source, target, 1024 * 1024)
+        copied.append(relative)
+
     try:
-        for name in (CONFIG_FILE, STATE_FILE):
-            if _regular_file(run_dir / name):
-                shutil.copy2(run_dir / name, staging / name)
-                copied.append(name)
-        output = Path(run_dir) / OUTPUT_DIR
-        if output.is_dir():
-            (staging / OUTPUT_DIR).mkdir()
-            for entry in sorted(output.iterdir()):
-                if not _regular_file(entry):
-                    continue  # checkpoint dirs stay where they are, untouched
-                size = entry.stat().st_size
-                if size > ARCHIVE_MAX_FILE_BYTES:
-                    not_copied.append({"file": f"{OUTPUT_DIR}/{entry.name}", "bytes": size, "why": "larger than the archive limit"})
+        os.mkdir(staging, 0o755, dir_fd=attempts_fd)
+        for relative in (CONFIG_FILE, STATE_FILE):
+            if _regular_file(run_dir, relative) is not None:
+                copy(relative)
+        if safe_files.is_directory(run_dir, OUTPUT_DIR):
+            safe_files.make_dir(run_dir, f"{ATTEMPTS_DIR}/{staging}/{OUTPUT_DIR}")
+            for entry, found in sorted(safe_files.list_dir(run_dir, OUTPUT_DIR), key=lambda item: item[0]):
+                if not stat.S_ISREG(found.st_mode):
+                    continue  # checkpoint dirs stay where they are, untouched; links are not followed
+                if found.st_size > ARCHIVE_MAX_FILE_BYTES:
+                    not_copied.append({"file": f"{OUTPUT_DIR}/{entry}", "bytes": found.st_size, "why": "larger than the archive limit"})
                     continue
-                shutil.copy2(entry, staging / OUTPUT_DIR / entry.name)
-                copied.append(f"{OUTPUT_DIR}/{entry.name}")
+                try:
+                    copy(f"{OUTPUT_DIR}/{entry}")
+                except safe_files.UnsafePath:
+                    continue  # replaced by a link (or something else) since the listing
         manifest = {
             "attempt": attempt,
             "archived_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "copied": copied,
             "not_copied": not_copied,
         }
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        os.rename(staging, target)
+        safe_files.write_atomic(run_dir, f"{ATTEMPTS_DIR}/{staging}/{MANIFEST_FILE}", json.dumps(manifest, indent=2).encode("utf-8"))
+        os.rename(staging, name, src_dir_fd=attempts_fd, dst_dir_fd=attempts_fd)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, dir_fd=attempts_fd, ignore_errors=True)
         raise
-    return target
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    finally:
+        os.close(attempts_fd)
+    return run_dir / ATTEMPTS_DIR / name
 
 
 def resume_config(config_text: str, checkpoint: Path, output_dir: Path) -> str:
@@ -411,21 +439,21 @@ def prepare_resume(store: RunStore, run_id: str, plan: ResumePlan | None = None)
         plan = found
     run_dir = store.run_dir(run_id)
     state = store.read(run_id)
-    info = checkpoint_info(plan.checkpoint)
+    info = checkpoint_info(plan.checkpoint, run_dir.resolve())
     if info is None:
         raise ResumeRefused(Refusal(run_id, f"{plan.checkpoint.name} is no longer a complete checkpoint.", "Ask for the resume again.", "no-checkpoint"))
     archive_attempt(run_dir, state.attempts)
     output = run_dir / OUTPUT_DIR
     recovered = repair_trainer_log(output, info)
-    config_path = run_dir / CONFIG_FILE
-    _write_text_atomic(config_path, resume_config(config_path.read_text(encoding="utf-8"), plan.checkpoint, output))
+    config_text = safe_files.read_text(run_dir, CONFIG_FILE, SMALL_FILE_MAX_BYTES)
+    safe_files.write_atomic(run_dir, CONFIG_FILE, resume_config(config_text, plan.checkpoint, output).encode("utf-8"))
     relative = plan.checkpoint.relative_to(run_dir.resolve()) if plan.checkpoint.is_relative_to(run_dir.resolve()) else plan.checkpoint
     note = f"attempt {plan.attempt} resumes from {relative} (step {plan.checkpoint_step}"
     note += f" of {plan.total_steps})" if plan.total_steps else ")"
     if recovered:
         note += f"; steps {recovered[0]}–{recovered[-1]} recovered into the log from the checkpoint"
-    with open(run_dir / LOG_FILE, "a", encoding="utf-8") as log:
-        log.write(f"\n===== RocBoard: {note} =====\n")
+    with safe_files.opened(run_dir, LOG_FILE, "ab") as log:
+        log.write(f"\n===== RocBoard: {note} =====\n".encode())
     return store.update(run_id, attempts=plan.attempt, resumed_from=str(relative))
 
 

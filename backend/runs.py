@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
+
+from backend import safe_files
 
 RunStateName = Literal["starting", "running", "finished", "failed", "stopped"]
 ACTIVE_STATES = ("starting", "running")
@@ -38,6 +41,9 @@ OUTPUT_DIR = "output"
 ADAPTER_ZIP = "adapter.zip"
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# The small files of a run are read whole; anything larger is not one the app wrote.
+SMALL_FILE_MAX_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -96,9 +102,10 @@ class RunStore:
         if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or run_id in (".", ".."):
             raise RunNotFound(f"not a run id: {run_id!r}")
         path = self.root / run_id
-        # A run directory is a real directory inside the runs dir: a symlink planted there
-        # (pointing anywhere) is not a run, so no download or delete can act outside.
-        if path.is_symlink() or not (path / STATE_FILE).is_file():
+        # A run directory is a real directory inside the runs dir, and its state file a regular
+        # file in it: a symlink planted at either (pointing anywhere) is not a run, so no
+        # download or delete can act outside. (Each later open checks again: see safe_files.)
+        if not safe_files.is_regular_file(path, STATE_FILE):
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return path
 
@@ -137,15 +144,15 @@ class RunStore:
         return state
 
     def read(self, run_id: str) -> RunState:
-        path = self.run_dir(run_id) / STATE_FILE
+        run_dir = self.run_dir(run_id)
         try:
-            return RunState.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as error:
+            return RunState.from_json(json.loads(safe_files.read_text(run_dir, STATE_FILE, SMALL_FILE_MAX_BYTES)))
+        except (OSError, ValueError, TypeError, AttributeError) as error:
             raise RunNotFound(f"run {run_id!r} has an unreadable state file: {error}") from None
 
     def update(self, run_id: str, **changes: Any) -> RunState:
         state = replace(self.read(run_id), **changes)
-        _write_json(self.run_dir(run_id) / STATE_FILE, state.to_json())
+        safe_files.write_atomic(self.run_dir(run_id), STATE_FILE, json.dumps(state.to_json(), indent=2).encode("utf-8"))
         return state
 
     def list(self) -> list[RunState]:
@@ -153,11 +160,11 @@ class RunStore:
         if not self.root.is_dir():
             return []
         states = []
-        for entry in self.root.iterdir():
-            if entry.name.startswith(".") or entry.is_symlink() or not (entry / STATE_FILE).is_file():
+        for name in os.listdir(self.root):
+            if name.startswith("."):
                 continue
             try:
-                states.append(self.read(entry.name))
+                states.append(self.read(name))
             except RunNotFound:
                 continue
         states.sort(key=lambda s: (s.created, s.id), reverse=True)
@@ -165,16 +172,26 @@ class RunStore:
 
     def read_form(self, run_id: str) -> dict[str, Any]:
         try:
-            return json.loads((self.run_dir(run_id) / FORM_FILE).read_text(encoding="utf-8"))
+            form = json.loads(safe_files.read_text(self.run_dir(run_id), FORM_FILE, SMALL_FILE_MAX_BYTES))
         except (OSError, ValueError):
             return {}
+        return form if isinstance(form, dict) else {}
 
     def delete(self, run_id: str) -> None:
-        shutil.rmtree(self.run_dir(run_id))
+        """Removes the run. It is first renamed to a hidden, unpredictable name (rename moves
+        a link itself, never its target), so it leaves the listing at once; then removed with
+        shutil.rmtree, which on Linux walks by descriptor and never follows a link inside."""
+        path = self.run_dir(run_id)
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise RunNotFound(f"no run {run_id!r} in {self.root}")
+        doomed = self.root / f".deleting-{secrets.token_hex(8)}"
+        os.rename(path, doomed)
+        shutil.rmtree(doomed)
 
 
 def _write_json(path: Path, data: Any) -> None:
-    """Atomic: a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    """Atomic: a reader sees the old file or the new one, never half of one. Only for a
+    directory the app just made itself (a new run's staging dir)."""
+    tmp = path.with_name(safe_files.temp_name(path.name))
     tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
     os.replace(tmp, path)

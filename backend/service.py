@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from backend import artifacts
+from backend import artifacts, safe_files
 from backend.charts import MemorySeries
 from backend.config import FORM_DEFAULTS, RunConfig, parse_form, to_form, to_llamafactory_args
 from backend.findings import Finding, has_problems
@@ -100,14 +101,28 @@ def demo_form() -> dict[str, Any]:
     }
 
 
+# What a monitor keeps of a run, however long its files grow (see backend/logs.py for the
+# curve): the grad norms the alert looks at, and telemetry readings per series.
+MAX_GRAD_NORMS = 1_000
+MAX_READINGS = 20_000
+# A trainer log longer than this, met on a monitor's first poll (a long run opened after a
+# restart), is caught up by sampling all but its last CATCH_UP_TAIL_BYTES, which are read
+# line by line: the page shows the whole curve at once, never after minutes of polls.
+CATCH_UP_SAMPLE_BYTES = 32 * 1024 * 1024
+CATCH_UP_TAIL_BYTES = 4 * 1024 * 1024
+
+
 class RunMonitor:
-    """Incremental view of one run's files; polled by every tab, reads at most every 0.5 s."""
+    """Incremental view of one run's files; polled by every tab, reads at most every 0.5 s.
+
+    Every file is opened inside the run without following links; each poll reads a bounded
+    number of bytes per file, and what is kept is bounded too (points, grad norms, readings)."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
-        self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG)
-        self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE)
-        self.console_tail = TextTail(run_dir / LOG_FILE)  # for grad_norm, which only train.log has
+        self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir=run_dir)
+        self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE, run_dir=run_dir)
+        self.console_tail = TextTail(run_dir / LOG_FILE, run_dir=run_dir)  # for grad_norm, which only train.log has
         self.grad_norms: list[float] = []
         self.series = MetricSeries()
         self.memory: dict[tuple[str, int], MemorySeries] = {}
@@ -123,13 +138,16 @@ class RunMonitor:
             if now - self._last_poll < POLL_INTERVAL_S:
                 return
             self._last_poll = now
+            changed = self._catch_up_by_sampling()
             points = [p for p in map(parse_metric, self.metrics_tail.poll()) if p is not None]
-            changed = self.series.extend(points)
+            changed = self.series.extend(points) or changed
             for line in self.console_tail.poll():
                 printed = parse_trainer_print(line)
                 if printed is not None and "grad_norm" in printed:
                     self.grad_norms.append(printed["grad_norm"])
                     changed = True
+            if len(self.grad_norms) > MAX_GRAD_NORMS:
+                del self.grad_norms[: len(self.grad_norms) - MAX_GRAD_NORMS]
             for record in self.samples_tail.poll():
                 try:
                     reading = Reading.from_json(record)
@@ -139,6 +157,29 @@ class RunMonitor:
                 changed = True
             if changed:
                 self.counter += 1
+
+    def _catch_up_by_sampling(self) -> bool:
+        """On the first poll of a very long trainer log: its curve up to near the end from
+        evenly spaced windows (bounded reads), then line by line from there."""
+        tail = self.metrics_tail
+        if tail.offset or tail._identity is not None:
+            return False
+        size = tail.size()
+        if size is None or size <= CATCH_UP_SAMPLE_BYTES:
+            return False
+        from backend.history import CURVE_WINDOW_BYTES, CURVE_WINDOWS
+        from backend.logs import parse_records, sampled_lines
+
+        boundary = size - CATCH_UP_TAIL_BYTES
+        changed = False
+        try:
+            with safe_files.opened(self.run_dir, tail.relative) as handle:
+                for lines in sampled_lines(handle, 0, boundary, CURVE_WINDOWS, CURVE_WINDOW_BYTES):
+                    changed = self.series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None]) or changed
+        except OSError:
+            return False
+        tail.skip_to_line_after(boundary)
+        return changed
 
     def alert(self) -> str | None:
         from backend.diagnose import loss_alert
@@ -167,19 +208,20 @@ class RunMonitor:
             reading.power_w,
             reading.source,
         )
+        if len(series.times) > MAX_READINGS:
+            # Halve the older readings; the latest stay (the table shows them).
+            for column in (series.times, series.used_gib, series.total_gib):
+                column[: MAX_READINGS // 2] = column[: MAX_READINGS // 2 : 2]
         self.memory_label = (
             "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"
         )
 
 
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
-    """The last lines of train.log, read from its end (the log can be large)."""
+def _log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
+    """The last lines of the run's train.log, read from its end (the log can be large),
+    opened inside the run without following a link (a planted link shows nothing)."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read()
+        data = safe_files.read_tail(run_dir, LOG_FILE, max_bytes)
     except OSError:
         return ""
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
@@ -242,7 +284,9 @@ class RocBoard:
 
         plan, findings = parse_plan_form(form, on_cpu=bool(preset and preset.use_cpu))
         if plan.nproc <= 1 and plan.nnodes <= 1:
-            return None, []
+            # One process needs no plan, but a refused value (dist_nproc=100000 falls back to
+            # its default of 1) must still reach the page rather than vanish with the plan.
+            return None, [f for f in findings if f.severity == "problem"]
         return plan, findings
 
     @staticmethod
@@ -492,7 +536,7 @@ class RocBoard:
         monitor = self.monitor(run_id)
         monitor.poll()
         run_dir = self.store.run_dir(run_id)
-        log_tail = "" if state.active else _log_tail(run_dir / LOG_FILE)
+        log_tail = "" if state.active else _log_tail(run_dir)
         adapter = artifacts.has_adapter(run_dir)
         alert = monitor.alert()
         return RunSnapshot(
@@ -508,17 +552,34 @@ class RocBoard:
         )
 
     def adapter_download(self, run_id: str) -> Path:
-        """A servable copy of the run's adapter.zip (in the app's temp export dir)."""
-        archive = artifacts.build_adapter_zip(self.store.run_dir(run_id))
+        """A servable copy of the run's adapter.zip (in the app's temp export dir).
+
+        A copy, not a hard link: a rename between two names of one file does nothing, so a
+        linked temp name would stay behind and break the next view. The copy is made under
+        an unpredictable temp name and renamed over the last one; when the last copy is
+        already of this archive (same size and mtime), it is served again as it is."""
+        run_dir = self.store.run_dir(run_id)
+        artifacts.build_adapter_zip(run_dir)
         target_dir = self.export_dir / run_id
         target_dir.mkdir(parents=True, exist_ok=True)
         target = target_dir / f"{run_id}-adapter.zip"
-        partial = target.with_suffix(".partial")
-        try:
-            os.link(archive, partial)
-        except OSError:
-            shutil.copyfile(archive, partial)
-        os.replace(partial, target)
+        with safe_files.opened(run_dir, artifacts.ADAPTER_ZIP) as source:
+            found = os.fstat(source.fileno())
+            try:
+                copied = os.lstat(target)
+                if stat.S_ISREG(copied.st_mode) and (copied.st_size, copied.st_mtime_ns) == (found.st_size, found.st_mtime_ns):
+                    return target
+            except OSError:
+                pass
+            fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target_dir)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out, 1024 * 1024)
+                os.utime(partial, ns=(found.st_atime_ns, found.st_mtime_ns))
+                os.replace(partial, target)
+            except BaseException:
+                Path(partial).unlink(missing_ok=True)
+                raise
         return target
 
     def run_to_show(self) -> RunState | None:
@@ -535,7 +596,7 @@ class RocBoard:
         from backend.i18n import translate
 
         state = self.store.read(run_id)
-        text = _log_tail(self.store.run_dir(run_id) / LOG_FILE, lines=400, max_bytes=400_000)
+        text = _log_tail(self.store.run_dir(run_id), lines=400, max_bytes=400_000)
         top = summarize_failure(text, state.exit_code).diagnosis
         if top is None:
             return "", ""
@@ -554,11 +615,15 @@ class RocBoard:
             plan = resume_plan(self.store, run_id)
             if isinstance(plan, Refusal):
                 return StartResult(None, [Finding("resume", plan.problem, plan.fix, rule="resume-refused")])
-            prepare_resume(self.store, run_id)
             form = self.store.read_form(run_id)
             preset = self.preset(str(form.get("preset", "")))
             env = dict(preset.env) if preset else {}
-            plan, _ = self.plan_of(form, preset)
+            plan, plan_findings = self.plan_of(form, preset)
+            # A form.json edited by hand (or written before a rule existed) is checked like
+            # the page's form: a refused RCCL line stops the resume before anything changes.
+            if has_problems(plan_findings):
+                return StartResult(None, plan_findings)
+            prepare_resume(self.store, run_id)
             if plan is not None:
                 from backend.distributed import launch_env
 
@@ -576,21 +641,11 @@ class RocBoard:
         return self.snapshot(run_id)
 
     def preset_notes(self, preset_id: str, locale: str = "en") -> str:
-        """One line on the preset's hardware, and its notes, in the page's language."""
-        from backend.i18n import translate
+        """One line on the preset's hardware, and its notes, in the page's language (escaped:
+        a preset file's notes are text anyone who can write presets/ chose)."""
+        from backend.view import preset_notes_markdown
 
-        preset = self.preset(preset_id)
-        if preset is None:
-            return ""
-        parts = [f"`{preset.gfx_target}`"]
-        if preset.vram_gb:
-            parts.append(f"{preset.vram_gb:g} GB × {preset.devices_per_node}")
-        parts.append(translate("preset.bf16" if preset.bf16 else "preset.no_bf16", locale))
-        if preset.env:
-            parts.append("env: " + ", ".join(f"`{k}={v}`" for k, v in preset.env))
-        text = " · ".join(parts)
-        notes = preset.notes_zh if locale.startswith("zh") and preset.notes_zh else preset.notes
-        return f"{text}  \n{notes}" if notes else text
+        return preset_notes_markdown(self.preset(preset_id), locale)
 
     # --- the doctor, gathered once in the background -----------------------------------
 
@@ -621,7 +676,9 @@ class RocBoard:
 
         preset = self.preset(preset_id)
         blockers = blocking_problems(self._doctor_checks, use_cpu=bool(preset and preset.use_cpu))
-        return "\n".join(f"❌ **{c.name}:** {c.saw} — {c.fix}" for c in blockers)
+        from backend.view import doctor_blockers_markdown
+
+        return doctor_blockers_markdown(blockers)
 
     # --- history -------------------------------------------------------------------
 

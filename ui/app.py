@@ -27,12 +27,13 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.train"), id=TRAIN_TAB_ID, elem_id="tab-train"), "tab.train"):
                 train = build_train_tab(board, texts, locale_state)
             with texts.label(gr.Tab(texts("tab.runs"), id="runs", elem_id="tab-runs"), "tab.runs") as runs_tab:
-                refresh_runs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+                refresh_runs, runs_outputs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
                 build_import_tab(board, texts, locale_state, train.fields)
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
                 build_doctor_tab(board, texts, locale_state)
-        runs_tab.select(refresh_runs, None, None)
+        # The table was filled when the page was built: each visit shows the runs on disk now.
+        runs_tab.select(refresh_runs, None, runs_outputs, show_progress="hidden")
 
         def run_panel(run_id, locale: str) -> list:
             outputs = train.render(run_id, None, locale)

@@ -12,7 +12,8 @@ from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
 
 
-def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> Any:
+def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> tuple[Any, list[Any]]:
+    """Builds the tab; returns its refresh function and the components it updates."""
     refresh_button = texts.value(gr.Button(texts("button.refresh"), elem_id="runs-refresh"), "button.refresh")
     table = gr.Dataframe(headers=board.history_headers(), value=board.history_rows(), interactive=False, elem_id="runs-table", wrap=True)
     chosen = texts.label(gr.Dropdown(choices=board.run_ids(), multiselect=True, label=texts("label.runs_chosen"), elem_id="runs-chosen"), "label.runs_chosen")
@@ -57,8 +58,7 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def on_confirm(run_ids: list[str] | None, locale: str):
         problems = [board.delete_run(run_id) for run_id in run_ids or []]
         text = "  \n".join(p for p in problems if p) or translate("runs.deleted", locale)
-        rows, choices = refresh()
-        return gr.update(visible=False), text, rows, gr.update(choices=board.run_ids(), value=[])
+        return gr.update(visible=False), text, board.history_rows(), gr.update(choices=board.run_ids(), value=[])
 
     confirm_button.click(on_confirm, [chosen, locale_state], [confirm_button, message, table, chosen])
-    return refresh
+    return refresh, [table, chosen]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -244,7 +245,9 @@ class Sampler:
         try:
             if self._samples_file is None:
                 self._samples_path.parent.mkdir(parents=True, exist_ok=True)
-                self._samples_file = open(self._samples_path, "a", encoding="utf-8")
+                # O_NOFOLLOW: a link planted at the samples file must not redirect our writes.
+                fd = os.open(self._samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                self._samples_file = os.fdopen(fd, "a", encoding="utf-8")
             self._samples_file.write("".join(json.dumps(r.to_json()) + "\n" for r in readings))
             self._samples_file.flush()
         except OSError as exc:  # disk full, run directory deleted: keep sampling, say so once

@@ -1,0 +1,244 @@
+"""Files inside a run directory, opened without following a single symlink.
+
+A run directory can be written by others (a shared runs dir, a run copied in from elsewhere,
+a trainer that was told to write somewhere odd). A symlink or a FIFO planted there must not
+make the app read, write, pack or delete anything outside the run, nor hang it. So every
+path inside a run is opened here, component by component from a descriptor of the run
+directory (`openat` with O_NOFOLLOW, O_DIRECTORY for directories); a component that is a
+symlink, or a file that is not a regular file, is refused with UnsafePath. Only the run
+directory's parents (the runs dir the user configured) are trusted as they are.
+
+Writes go to an unpredictable temporary name created with O_EXCL in the same directory, then
+`renameat` over the target: a planted link at the target is replaced, never written through.
+Reads are bounded: whoever reads says how many bytes at most.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(OSError):
+    """A path in a run that is a symlink, not a regular file, or leaves the run."""
+
+
+def _parts(relative: str | os.PathLike[str]) -> list[str]:
+    text = os.fspath(relative)
+    parts = [part for part in PurePosixPath(text).parts if part not in ("", ".")]
+    if text.startswith("/") or any(part == ".." or "/" in part or "\0" in part for part in parts):
+        raise UnsafePath(errno.EPERM, "not a path inside the run", text)
+    return parts
+
+
+def open_run_dir(run_dir: Path) -> int:
+    """A descriptor of the run directory itself; refused when its last component is a link."""
+    run_dir = Path(run_dir)
+    parent = os.open(run_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _open_dir_at(parent, run_dir.name, run_dir)
+    finally:
+        os.close(parent)
+
+
+def _open_dir_at(dir_fd: int, name: str, shown: object) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(error.errno, "a symlink or not a directory, not followed", str(shown)) from None
+        raise
+
+
+def open_dir_in_run(run_dir: Path, relative: str | os.PathLike[str] = "") -> int:
+    """A descriptor of a directory inside the run, reached without following any link."""
+    fd = open_run_dir(run_dir)
+    try:
+        for part in _parts(relative):
+            child = _open_dir_at(fd, part, Path(run_dir) / relative)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_in_run(run_dir: Path, relative: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of the file `relative` inside `run_dir`, opened with `flags`.
+
+    Every directory on the way is opened with O_NOFOLLOW|O_DIRECTORY from the previous one's
+    descriptor, the file itself with O_NOFOLLOW; an existing file must be a regular file (a
+    FIFO is opened non-blocking to find out, so it cannot hang the app)."""
+    parts = _parts(relative)
+    if not parts:
+        raise UnsafePath(errno.EISDIR, "no file named", os.fspath(relative))
+    dir_fd = open_dir_in_run(run_dir, PurePosixPath(*parts[:-1]) if len(parts) > 1 else "")
+    try:
+        try:
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise UnsafePath(error.errno, "a symlink, not followed", str(Path(run_dir) / relative)) from None
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(errno.EINVAL, "not a regular file", str(Path(run_dir) / relative))
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def opened(run_dir: Path, relative: str | os.PathLike[str], mode: str = "rb") -> Iterator:
+    """open_in_run as a binary file object: "rb", "ab" (created when missing) or "r+b"."""
+    flags = {"rb": os.O_RDONLY, "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT, "r+b": os.O_RDWR}[mode]
+    handle = os.fdopen(open_in_run(run_dir, relative, flags), mode)
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def lstat_in_run(run_dir: Path, relative: str | os.PathLike[str]) -> os.stat_result | None:
+    """The entry itself (not what a link points at), reached without following links; None
+    when it, or a directory on the way, is missing or is a link."""
+    parts = _parts(relative)
+    try:
+        if not parts:
+            fd = open_run_dir(run_dir)
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+        dir_fd = open_dir_in_run(run_dir, PurePosixPath(*parts[:-1]) if len(parts) > 1 else "")
+    except OSError:
+        return None
+    try:
+        return os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+
+
+def is_regular_file(run_dir: Path, relative: str | os.PathLike[str]) -> bool:
+    found = lstat_in_run(run_dir, relative)
+    return found is not None and stat.S_ISREG(found.st_mode)
+
+
+def is_directory(run_dir: Path, relative: str | os.PathLike[str]) -> bool:
+    found = lstat_in_run(run_dir, relative)
+    return found is not None and stat.S_ISDIR(found.st_mode)
+
+
+def list_dir(run_dir: Path, relative: str | os.PathLike[str] = "") -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of each entry of a directory inside the run; [] when it cannot be read."""
+    try:
+        fd = open_dir_in_run(run_dir, relative)
+    except OSError:
+        return []
+    try:
+        entries = []
+        for name in os.listdir(fd):
+            try:
+                entries.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+            except OSError:
+                continue
+        return entries
+    finally:
+        os.close(fd)
+
+
+def read_bytes(run_dir: Path, relative: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole file, which must hold at most `limit` bytes (UnsafePath when larger)."""
+    with opened(run_dir, relative) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafePath(errno.EFBIG, f"larger than {limit} bytes", str(Path(run_dir) / relative))
+    return data
+
+
+def read_text(run_dir: Path, relative: str | os.PathLike[str], limit: int) -> str:
+    return read_bytes(run_dir, relative, limit).decode("utf-8")
+
+
+def read_tail(run_dir: Path, relative: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The last `max_bytes` bytes of a file."""
+    with opened(run_dir, relative) as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - max_bytes))
+        return handle.read(max_bytes)
+
+
+def temp_name(name: str) -> str:
+    """A hidden name beside `name` nobody can guess (so nobody can plant a link there first)."""
+    return f".{name}.{secrets.token_hex(8)}.tmp"
+
+
+def write_atomic(run_dir: Path, relative: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Replaces the file with `data`: written under an unpredictable name (O_EXCL) in the same
+    directory, then renamed over the target. A link at the target is replaced, not followed;
+    a reader sees the old file or the new one, never half of one."""
+    parts = _parts(relative)
+    dir_fd = open_dir_in_run(run_dir, PurePosixPath(*parts[:-1]) if len(parts) > 1 else "")
+    try:
+        tmp = temp_name(parts[-1])
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def make_dir(run_dir: Path, relative: str | os.PathLike[str]) -> None:
+    """mkdir inside the run (parents must exist and be real directories); an existing real
+    directory is fine, an existing link is refused."""
+    parts = _parts(relative)
+    dir_fd = open_dir_in_run(run_dir, PurePosixPath(*parts[:-1]) if len(parts) > 1 else "")
+    try:
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            os.close(_open_dir_at(dir_fd, parts[-1], Path(run_dir) / relative))
+    finally:
+        os.close(dir_fd)
+
+
+__all__ = [
+    "UnsafePath",
+    "is_directory",
+    "is_regular_file",
+    "list_dir",
+    "lstat_in_run",
+    "make_dir",
+    "open_dir_in_run",
+    "open_in_run",
+    "open_run_dir",
+    "opened",
+    "read_bytes",
+    "read_tail",
+    "read_text",
+    "temp_name",
+    "write_atomic",
+]
