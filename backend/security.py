@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 AUTH_ENV = "ROCBOARD_AUTH"  # "user:password"
@@ -25,11 +25,50 @@ class AuthError(ValueError):
     pass
 
 
+# A login file holds one short line; reading more than this says it is some other file.
+AUTH_FILE_MAX_BYTES = 4096
+
+
 def parse_credentials(text: str, where: str) -> Credentials:
-    user, sep, password = text.strip().partition(":")
+    """One USER:PASSWORD line (surrounding blanks dropped; the password may hold colons).
+    The message never repeats the text: it may be a password, or another file's secrets."""
+    line = text.strip()
+    if "\n" in line or "\r" in line or "\0" in line:
+        raise AuthError(f"{where} must be a single USER:PASSWORD line.")
+    user, sep, password = line.partition(":")
     if not sep or not user or not password:
         raise AuthError(f"{where} must read USER:PASSWORD (both non-empty).")
     return Credentials(user, password)
+
+
+def read_auth_file(file: str) -> Credentials:
+    """The login in `file`: exactly one USER:PASSWORD line, a trailing newline allowed.
+
+    Anything else (more lines, no colon, not text, longer than AUTH_FILE_MAX_BYTES, not a
+    regular file) is refused without reading further or quoting it: `--auth-file /etc/shadow`
+    must not turn the rest of root's line into a password."""
+    where = f"the auth file {file}"
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (a regular file ignores it).
+        with os.fdopen(os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise AuthError(f"{where} is not a regular file.")
+            data = handle.read(AUTH_FILE_MAX_BYTES + 1)
+    except OSError as error:
+        raise AuthError(f"cannot read {where}: {error.strerror}.") from None
+    if len(data) > AUTH_FILE_MAX_BYTES:
+        raise AuthError(f"{where} is longer than {AUTH_FILE_MAX_BYTES} bytes; it must hold one USER:PASSWORD line.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AuthError(f"{where} is not UTF-8 text; it must hold one USER:PASSWORD line.") from None
+    for ending in ("\r\n", "\n"):
+        if text.endswith(ending):
+            text = text[: -len(ending)]
+            break
+    if "\n" in text or "\r" in text:
+        raise AuthError(f"{where} holds more than one line; it must hold exactly one USER:PASSWORD line.")
+    return parse_credentials(text, where)
 
 
 def resolve_credentials(auth: str | None, auth_file: str | None, env: Mapping[str, str] = os.environ) -> Credentials | None:
@@ -38,11 +77,7 @@ def resolve_credentials(auth: str | None, auth_file: str | None, env: Mapping[st
         return parse_credentials(auth, "--auth")
     file = auth_file or env.get(AUTH_FILE_ENV)
     if file:
-        try:
-            text = Path(file).read_text(encoding="utf-8")
-        except OSError as error:
-            raise AuthError(f"cannot read the auth file {file}: {error.strerror}.") from None
-        return parse_credentials(text, f"the auth file {file}")
+        return read_auth_file(file)
     if env.get(AUTH_ENV):
         return parse_credentials(env[AUTH_ENV], f"${AUTH_ENV}")
     return None
@@ -65,4 +100,15 @@ def bind_refusal(host: str, credentials: Credentials | None) -> str | None:
         f"Refusing to listen on {host}: that is reachable from other machines and no login is configured. "
         f"Fix: add --auth USER:PASSWORD (or --auth-file FILE, or set ${AUTH_ENV}), or listen on 127.0.0.1 "
         "and reach it through an SSH tunnel (ssh -L 7860:127.0.0.1:7860 host)."
+    )
+
+
+def share_refusal(share: bool, credentials: Credentials | None) -> str | None:
+    """Why asking for a public share link is refused, or None: a gradio.live link reaches the
+    page from anywhere, so it needs a login as much as a reachable --host does."""
+    if not share or credentials is not None:
+        return None
+    return (
+        "Refusing --share without a login: a share link is reachable from anywhere. "
+        f"Fix: add --auth USER:PASSWORD (or --auth-file FILE, or set ${AUTH_ENV}), or drop --share."
     )

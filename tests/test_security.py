@@ -45,6 +45,7 @@ def run_app(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "rocboard.example.com"])
 def test_a_reachable_address_without_login_is_refused(tmp_path: Path, host: str) -> None:
     port = free_port()
@@ -64,6 +65,7 @@ def test_a_reachable_address_without_login_is_refused(tmp_path: Path, host: str)
         (["--auth-file", "/nonexistent/Secret-file"], {}, "cannot read the auth file"),
     ],
 )
+@pytest.mark.hostile
 def test_a_malformed_login_is_refused_without_echoing_it(tmp_path: Path, args, env, expected) -> None:
     result = run_app("--host", "0.0.0.0", "--port", str(free_port()), "--runs-dir", str(tmp_path / "runs"), *args, env=env)
     assert result.returncode == 2
@@ -176,18 +178,21 @@ ANONYMOUS_CALLS = [
 ]
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize(("method", "path", "body"), ANONYMOUS_CALLS, ids=[c[1] for c in ANONYMOUS_CALLS])
 def test_the_api_refuses_anonymous_calls(guarded_server, method, path, body) -> None:
     status, _, _ = http_get(guarded_server.port, path, method=method, body=body, headers={"Content-Type": "application/json"} if body else {})
     assert status in (401, 403)
 
 
+@pytest.mark.hostile
 def test_an_anonymous_upload_is_refused(guarded_server) -> None:
     body = b'--b\r\nContent-Disposition: form-data; name="files"; filename="a.yaml"\r\n\r\nlr: 1\r\n--b--\r\n'
     status, _, _ = http_get(guarded_server.port, "/gradio_api/upload", method="POST", body=body, headers={"Content-Type": "multipart/form-data; boundary=b"})
     assert status in (401, 403)
 
 
+@pytest.mark.hostile
 def test_a_wrong_password_gets_no_cookie(guarded_server) -> None:
     status, value = login(guarded_server, "not-the-Password-123")
     assert status in (400, 401)
@@ -217,6 +222,7 @@ def served(server: AppServer, cookie: str, path: str) -> tuple[int, bytes]:
     return status, body
 
 
+@pytest.mark.hostile
 def test_gradios_file_route_serves_nothing_the_app_did_not_return(guarded_server, cookie, outside) -> None:
     run_dir = guarded_server.runs_dir / PLANTED_RUN
     app_temp = guarded_server.tmp_dir / "rocboard-exports-probe"
@@ -251,6 +257,7 @@ def test_gradios_file_route_serves_nothing_the_app_did_not_return(guarded_server
             assert SECRET.encode() not in body and b"root:x:0:0" not in body and b"SECRET-CONFIG-MARKER" not in body
 
 
+@pytest.mark.hostile
 def test_static_routes_do_not_walk_out(guarded_server, cookie) -> None:
     for path in (
         "/static/../../../../etc/passwd",
@@ -265,12 +272,14 @@ def test_static_routes_do_not_walk_out(guarded_server, cookie) -> None:
         assert b"root:x:0:0" not in body
 
 
+@pytest.mark.hostile
 def test_the_proxy_route_reaches_nothing(guarded_server, cookie) -> None:
     for target in (f"http://127.0.0.1:{guarded_server.port}/config", "file:///etc/passwd", "http://169.254.169.254/latest/meta-data/"):
         status, body = served(guarded_server, cookie, "/gradio_api/proxy=" + target)
         assert status >= 400, f"proxy to {target} answered {status}"
 
 
+@pytest.mark.hostile
 def test_a_file_the_app_did_not_return_from_gradios_cache_needs_its_exact_name(guarded_server, cookie) -> None:
     # What is served from the cache is only what the app returned or a user uploaded; a
     # directory listing or a guessed name gets nothing.
@@ -279,6 +288,7 @@ def test_a_file_the_app_did_not_return_from_gradios_cache_needs_its_exact_name(g
         assert status in NOT_SERVED
 
 
+@pytest.mark.hostile
 def test_an_upload_over_the_size_limit_is_refused(guarded_server, cookie) -> None:
     body = b'--b\r\nContent-Disposition: form-data; name="files"; filename="big.yaml"\r\n\r\n' + b"a: 1\n" * 400_000 + b"\r\n--b--\r\n"
     status, _, _ = http_get(guarded_server.port, "/gradio_api/upload", method="POST", body=body, headers={"Cookie": cookie, "Content-Type": "multipart/form-data; boundary=b"})
@@ -338,6 +348,7 @@ def board(tmp_path: Path, outside: Path, demo_assets):
     return RocBoard(runs, export_dir=tmp_path / "exports")
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("run_id", HOSTILE_RUN_IDS, ids=[repr(r)[:24] for r in HOSTILE_RUN_IDS])
 def test_every_backend_call_that_takes_a_run_id_refuses_a_hostile_one(board, tmp_path: Path, run_id: str) -> None:
     calls = {
@@ -363,6 +374,7 @@ def test_every_backend_call_that_takes_a_run_id_refuses_a_hostile_one(board, tmp
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [PLANTED_RUN]
 
 
+@pytest.mark.hostile
 def test_the_adapter_zip_never_packs_a_planted_symlink(board, outside: Path) -> None:
     run_dir = board.store.run_dir(PLANTED_RUN)
     zip_path = board.adapter_download(PLANTED_RUN)
@@ -376,6 +388,7 @@ def test_the_adapter_zip_never_packs_a_planted_symlink(board, outside: Path) -> 
     assert run_dir.is_dir()
 
 
+@pytest.mark.hostile
 def test_a_planted_adapter_zip_link_is_replaced_not_followed(board, outside: Path) -> None:
     run_dir = board.store.run_dir(PLANTED_RUN)
     target = outside / "victim.zip"
@@ -388,6 +401,7 @@ def test_a_planted_adapter_zip_link_is_replaced_not_followed(board, outside: Pat
     assert target.read_text() == "must stay"
 
 
+@pytest.mark.hostile
 def test_an_adapter_that_is_a_link_is_no_adapter(board, outside: Path) -> None:
     output = board.store.run_dir(PLANTED_RUN) / "output"
     (output / "adapter_model.safetensors").unlink()
@@ -396,6 +410,7 @@ def test_an_adapter_that_is_a_link_is_no_adapter(board, outside: Path) -> None:
     assert not board.snapshot(PLANTED_RUN).has_adapter
 
 
+@pytest.mark.hostile
 def test_deleting_a_run_does_not_follow_its_links(board, outside: Path) -> None:
     board.delete(PLANTED_RUN)
     assert (outside / "secret.txt").read_text() == SECRET
@@ -403,6 +418,7 @@ def test_deleting_a_run_does_not_follow_its_links(board, outside: Path) -> None:
         board.store.run_dir(PLANTED_RUN)
 
 
+@pytest.mark.hostile
 def test_a_run_dir_link_out_of_the_runs_dir_is_not_a_run(board, outside: Path, tmp_path: Path) -> None:
     fake = tmp_path / "elsewhere"
     fake.mkdir()
@@ -417,6 +433,7 @@ def test_a_run_dir_link_out_of_the_runs_dir_is_not_a_run(board, outside: Path, t
     assert run_dir.resolve().is_relative_to(board.store.root.resolve()), "a run id resolves outside the runs dir"
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("name", ["../evil", "a/b", "/abs", "-rf", ".hidden", "x; rm -rf ~", "$(touch pwned)", "a\nb"])
 def test_an_unsafe_run_name_starts_nothing_and_creates_nothing(board, tmp_path: Path, name: str) -> None:
     from backend.service import demo_form
@@ -424,7 +441,8 @@ def test_an_unsafe_run_name_starts_nothing_and_creates_nothing(board, tmp_path: 
     before = sorted(p.name for p in tmp_path.rglob("*"))
     result = board.start({**demo_form(), "run_name": name})
     assert not result.started
-    assert any(f.rule == "run-name-unsafe" for f in result.findings)
+    # A control character is refused as such before the name's shape is looked at.
+    assert any(f.key == "run_name" and f.rule in ("run-name-unsafe", "text-bad-character") for f in result.findings)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
@@ -441,6 +459,7 @@ def injected_model_dir(root: Path, demo_model: Path) -> tuple[Path, list[Path]]:
     return model_dir, markers
 
 
+@pytest.mark.hostile
 @pytest.mark.timeout(300)
 def test_a_model_path_full_of_shell_syntax_is_only_ever_a_path(tmp_path: Path, demo_assets) -> None:
     from backend.service import RocBoard, demo_form
@@ -500,6 +519,7 @@ def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_
             shlex.split(line)  # every line is well-formed shell
 
 
+@pytest.mark.hostile
 def test_model_code_from_the_model_folder_is_never_trusted(tmp_path: Path, demo_assets) -> None:
     from backend.service import RocBoard, demo_form
     from backend.yaml_import import import_yaml
@@ -524,6 +544,7 @@ PYTHON_PAYLOADS = [
 ]
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("payload", PYTHON_PAYLOADS)
 def test_a_python_object_payload_is_refused(tmp_path: Path, payload: str) -> None:
     from backend.yaml_import import import_yaml
@@ -536,6 +557,7 @@ def test_a_python_object_payload_is_refused(tmp_path: Path, payload: str) -> Non
     assert "python" in result.findings[0].problem.lower() or result.findings[0].rule == "yaml-syntax"
 
 
+@pytest.mark.hostile
 def test_an_oversized_yaml_is_refused_before_it_is_parsed() -> None:
     from backend.yaml_import import import_yaml
 
@@ -544,6 +566,7 @@ def test_an_oversized_yaml_is_refused_before_it_is_parsed() -> None:
     assert result.form_values == {}
 
 
+@pytest.mark.hostile
 def test_a_yaml_bomb_is_refused() -> None:
     from backend.yaml_import import import_yaml
 
@@ -567,6 +590,7 @@ def test_a_yaml_bomb_is_refused() -> None:
     ],
     ids=["binary", "html", "sentence", "list", "syntax", "tab"],
 )
+@pytest.mark.hostile
 def test_something_that_is_not_a_training_yaml_gets_a_clear_message(text: str) -> None:
     from backend.yaml_import import import_yaml
 

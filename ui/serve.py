@@ -1,11 +1,27 @@
-"""`python app.py` (serve): parse the serve flags, apply the safety rules, launch Gradio."""
+"""`python app.py` (serve): parse the serve flags, apply the safety rules, launch Gradio behind
+ui/guard.py, and leave no files behind.
+
+Every file the app makes for itself lives in one folder per app process, named after the
+process (pid and start time): `<tmp>/rocboard-app-<pid>-<ms>/` (the download copies in
+exports/, this process's temporary files in tmp/) and `<Gradio temp>/rocboard-app-<pid>-<ms>/`
+(Gradio's cache: uploads and files handed to the page). Both go when the app stops; a start
+removes those of app processes that are gone (killed, crashed).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+APP_DIR_PREFIX = "rocboard-app-"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -14,33 +30,161 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument("--runs-dir", default="runs", help="where runs are kept (default runs)")
     parser.add_argument("--auth", default=None, help="USER:PASSWORD; required for a non-loopback --host")
-    parser.add_argument("--auth-file", default=None, help="file holding USER:PASSWORD")
-    parser.add_argument("--share", action="store_true", help="ask Gradio for a public share link (off unless given)")
+    parser.add_argument("--auth-file", default=None, help="file holding one line USER:PASSWORD")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name the page is reached by (a reverse proxy's, a DNS name of this machine); repeatable. "
+        "Requests naming any other Host are refused.",
+    )
+    parser.add_argument("--share", action="store_true", help="ask Gradio for a public share link (needs a login; off unless given)")
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     return parser.parse_args(argv)
 
 
+# --- the app's own folders -----------------------------------------------------------------------
+
+
+def process_stamp(pid: int) -> int | None:
+    """A process's start time in milliseconds (with its pid, it names one process for good);
+    None when there is no such process."""
+    import psutil
+
+    try:
+        return round(psutil.Process(pid).create_time() * 1000)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def app_dir_name(pid: int, stamp: int) -> str:
+    return f"{APP_DIR_PREFIX}{pid}-{stamp}"
+
+
+def app_dir_owner_alive(name: str) -> bool:
+    """Whether the app process a `rocboard-app-<pid>-<ms>` folder belongs to still runs. A name
+    that does not parse is treated as alive: it is not ours to remove."""
+    pid_text, _, stamp_text = name.removeprefix(APP_DIR_PREFIX).partition("-")
+    if not (pid_text.isdigit() and stamp_text.isdigit()):
+        return True
+    stamp = process_stamp(int(pid_text))
+    # create_time() is as fine as the kernel's clock ticks: allow a few of them.
+    return stamp is not None and abs(stamp - int(stamp_text)) <= 50
+
+
+def remove_stale_app_dirs(base: Path) -> list[Path]:
+    """Removes the app folders under `base` whose process is gone (only folders this user
+    owns; a link is never followed)."""
+    removed = []
+    try:
+        candidates = list(base.glob(APP_DIR_PREFIX + "*"))
+    except OSError:
+        return removed
+    for path in candidates:
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if path.is_symlink() or not path.is_dir() or info.st_uid != os.getuid():
+            continue
+        if not app_dir_owner_alive(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+@dataclass(frozen=True)
+class AppDirs:
+    root: Path  # the app's own files
+    exports: Path  # RocBoard's download copies
+    staging: Path  # this process's temporary files (Gradio receives upload bodies here)
+    gradio: Path  # Gradio's cache: uploads, files handed to the page
+
+    def remove(self) -> None:
+        for path in (self.gradio, self.root):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def claim_app_dirs(temp_base: Path, gradio_base: Path, pid: int | None = None) -> AppDirs:
+    """This app's folders (made private), after removing those of app processes that are gone."""
+    pid = pid or os.getpid()
+    stamp = process_stamp(pid) or 0
+    for base in (temp_base, gradio_base):
+        remove_stale_app_dirs(base)
+    name = app_dir_name(pid, stamp)
+    root = temp_base / name
+    dirs = AppDirs(root=root, exports=root / "exports", staging=root / "tmp", gradio=gradio_base / name)
+    gradio_base.mkdir(parents=True, exist_ok=True)
+    for path in (dirs.root, dirs.gradio, dirs.exports, dirs.staging):
+        shutil.rmtree(path, ignore_errors=True)  # a reused pid's leftover (never ours: we just started)
+        path.mkdir(mode=0o700, parents=True)
+    return dirs
+
+
+def own_host_names() -> list[str]:
+    """This machine's addresses and host name: what a browser may name when the app listens
+    on every address (0.0.0.0, ::)."""
+    import socket
+
+    import psutil
+
+    names = [socket.gethostname()]
+    try:
+        for addresses in psutil.net_if_addrs().values():
+            names.extend(a.address for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6))
+    except OSError:
+        pass
+    return names
+
+
+# --- serve -----------------------------------------------------------------------------------------
+
+
 def serve_main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from backend.security import AuthError, bind_refusal, resolve_credentials
+    from backend.security import AuthError, bind_refusal, resolve_credentials, share_refusal
+    from ui.guard import normalize_host_name
 
     try:
         credentials = resolve_credentials(args.auth, args.auth_file)
     except AuthError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    refusal = bind_refusal(args.host, credentials)
+    refusal = bind_refusal(args.host, credentials) or share_refusal(args.share, credentials)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
+    listed = []
+    for value in args.allowed_host:
+        name = normalize_host_name(value)
+        if name is None:
+            print(f"error: --allowed-host takes a host name or address (no scheme, port, path or wildcard); got {value!r}.", file=sys.stderr)
+            return 2
+        listed.append(name)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    temp_base = Path(tempfile.gettempdir())
+    gradio_base = Path(os.environ.get("GRADIO_TEMP_DIR") or temp_base / "gradio")
+    dirs = claim_app_dirs(temp_base, gradio_base)
+    # Gradio reads GRADIO_TEMP_DIR when it is imported: set before anything imports it.
+    os.environ["GRADIO_TEMP_DIR"] = str(dirs.gradio)
+    # In this process only (trainers keep the TMPDIR they inherit: they outlive the app).
+    tempfile.tempdir = str(dirs.staging)
+    try:
+        return _serve(args, credentials, listed, dirs)
+    finally:
+        dirs.remove()
+
+
+def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDirs) -> int:
     from backend.service import RocBoard
     from backend.telemetry.sampler import Sampler
     from ui.app import build_ui
+    from ui.guard import EdgePolicy, Guard, UploadQuota, allowed_host_names, is_wildcard_bind, normalize_host_name
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
-    board = RocBoard(Path(args.runs_dir), sampler=sampler)
+    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports)
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)
@@ -49,6 +193,17 @@ def serve_main(argv: list[str]) -> int:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)
     page = build_ui(board)
     page.queue(default_concurrency_limit=4)
+    policy = EdgePolicy(
+        host_names=allowed_host_names(args.host, listed, own_host_names() if is_wildcard_bind(args.host) else ()),
+        listed_names=frozenset(listed),
+        login_required=credentials is not None,
+    )
+    guard = Guard(policy, uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging))
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())  # stop like Ctrl-C: the folders get removed
+
     print(f"RocBoard: http://{args.host}:{args.port}  (runs in {board.store.root})", file=sys.stderr, flush=True)
     page.launch(
         server_name=args.host,
@@ -59,5 +214,27 @@ def serve_main(argv: list[str]) -> int:
         inbrowser=False,
         max_file_size="1mb",
         show_error=True,
+        prevent_thread_lock=True,
+        # The download copies (adapter zips, exported YAML) are the only files of ours the
+        # page may be handed; they live beside the staging dir, not under it.
+        allowed_paths=[str(dirs.exports)],
+        app_kwargs={"lifespan": guard.lifespan()},
     )
+    guard.launching = False
+    if page.share_url:  # the tunnel's requests name the share host
+        share_host = normalize_host_name(urlsplit(page.share_url).hostname or "")
+        if share_host:
+            policy.host_names = policy.host_names | {share_host}
+            policy.listed_names = policy.listed_names | {share_host}
+    if not guard.installed:
+        print("error: the request guard could not be installed on Gradio's app; refusing to serve.", file=sys.stderr)
+        page.close()
+        return 1
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    print("RocBoard: stopping.", file=sys.stderr, flush=True)
+    page.close()
     return 0
