@@ -22,3 +22,22 @@ def demo_assets():
     from backend.demo import ensure_demo
 
     return ensure_demo()
+
+
+# --- the hostile-input tally docs/security.md quotes -------------------------------------------
+
+_hostile_outcomes: dict[str, bool] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Counts each `@pytest.mark.hostile` case once: refused (passed) or not (failed)."""
+    if "hostile" not in report.keywords:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _hostile_outcomes[report.nodeid] = report.outcome == "passed" and _hostile_outcomes.get(report.nodeid, True)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _hostile_outcomes:
+        refused = sum(_hostile_outcomes.values())
+        terminalreporter.write_line(f"hostile inputs: {refused} of {len(_hostile_outcomes)} refused")
