@@ -21,6 +21,40 @@ class Finding:
     rule: str = ""  # the name of the rule that produced it, for tests and i18n
     # When the fix can be applied mechanically: the keys to set (value None = remove the key).
     patch: dict[str, Any] = field(default_factory=dict)
+    # The message's parameters. Set (by `Finding.of`) when the text comes from the catalogue
+    # (`check.<rule>.problem` / `.fix`): any locale renders it from these, no matching back.
+    # None for a finding still built from English sentences (being phased out).
+    params: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, key: str, rule: str, *, severity: Severity = "problem", patch: dict[str, Any] | None = None, **params: Any) -> "Finding":
+        """A finding whose words are the catalogue's `check.<rule>.problem` / `.fix`, filled
+        with `params`; `problem` and `fix` hold the English rendering (command line, logs)."""
+        from backend.i18n import render_message
+
+        return cls(
+            key=key,
+            problem=render_message(f"check.{rule}.problem", params, "en"),
+            fix=render_message(f"check.{rule}.fix", params, "en"),
+            severity=severity,
+            rule=rule,
+            patch=dict(patch or {}),
+            params=dict(params),
+        )
+
+    def text(self, locale: str = "en") -> tuple[str, str]:
+        """(problem, fix) in `locale`."""
+        from backend.i18n import render_message, translate_message
+
+        if self.params is not None:
+            return (
+                render_message(f"check.{self.rule}.problem", self.params, locale),
+                render_message(f"check.{self.rule}.fix", self.params, locale),
+            )
+        return (
+            translate_message(self.rule, "problem", self.problem, locale),
+            translate_message(self.rule, "fix", self.fix, locale),
+        )
 
     def line(self) -> str:
         """One line for the command line: key, problem, fix."""

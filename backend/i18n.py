@@ -1343,12 +1343,19 @@ def translate_message(rule: str, part: str, english: str, locale: str) -> str:
     return english
 
 
+def render_message(key: str, params: Mapping[str, Any], locale: str | None) -> str:
+    """A message id's text in `locale`, filled with `params`; a `{field}` or `{state}` value
+    that is an English catalogue word is put into `locale`'s word too."""
+    canonical = canonical_locale(locale) or DEFAULT_LOCALE
+    values = {name: _localize_word(name, value, canonical) if isinstance(value, str) else value for name, value in params.items()}
+    return _fill(key, canonical, values)
+
+
 def translate_finding(finding: Finding, locale: str) -> Finding:
     """`finding` with its problem and fix in `locale` (unchanged where no template fits)."""
     from dataclasses import replace
 
-    problem = translate_message(finding.rule, "problem", finding.problem, locale)
-    fix = translate_message(finding.rule, "fix", finding.fix, locale)
+    problem, fix = finding.text(locale)
     if problem == finding.problem and fix == finding.fix:
         return finding
     return replace(finding, problem=problem, fix=fix)
@@ -1376,6 +1383,7 @@ __all__ = [
     "check_rule_names",
     "pick_locale",
     "placeholders",
+    "render_message",
     "translate",
     "translate_diagnosis",
     "translate_finding",

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from backend.findings import Finding
 from backend.i18n import translate as t
-from backend.i18n import translate_message
 from backend.service import RunSnapshot
 
 # Which form field a config key's finding belongs next to.
@@ -90,10 +89,7 @@ def field_for(key: str) -> str:
 def finding_text(finding: Finding, locale: str = "en") -> tuple[str, str]:
     """(problem, fix) in the page's language: the rule's translated fix when the
     catalogue has one, else the finding's own English words."""
-    return (
-        translate_message(finding.rule, "problem", finding.problem, locale),
-        translate_message(finding.rule, "fix", finding.fix, locale),
-    )
+    return finding.text(locale)
 
 
 def field_messages(findings: list[Finding], fields: tuple[str, ...], locale: str = "en") -> dict[str, str]:

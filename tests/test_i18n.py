@@ -550,3 +550,14 @@ def test_every_form_field_has_a_label() -> None:
     from backend.config import FORM_FIELDS
 
     assert sorted(f"label.{name}" for name in FORM_FIELDS if f"label.{name}" not in CATALOGUE["zh-CN"]) == []
+
+
+def test_a_finding_built_from_a_message_id_renders_in_each_language_without_matching_back() -> None:
+    from backend.findings import Finding
+
+    finding = Finding.of("dist_rccl_env", "env-not-settable", name="LD_PRELOAD")
+    assert finding.params == {"name": "LD_PRELOAD"}
+    assert "LD_PRELOAD" in finding.problem and finding.text("en") == (finding.problem, finding.fix)
+    problem, fix = finding.text("zh-CN")
+    assert "不能设置 LD_PRELOAD" in problem and "请删除 LD_PRELOAD" in fix
+    assert translate_finding(finding, "zh-CN").problem == problem
