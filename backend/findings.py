@@ -25,21 +25,35 @@ class Finding:
     # (`check.<rule>.problem` / `.fix`): any locale renders it from these, no matching back.
     # None for a finding still built from English sentences (being phased out).
     params: dict[str, Any] | None = None
+    # The message id when a rule has several messages ("nproc-range-digits" for the rule
+    # "nproc-range"): the texts are `check.<message>.problem` / `.fix`. Empty: the rule's own.
+    message: str = ""
 
     @classmethod
-    def of(cls, key: str, rule: str, *, severity: Severity = "problem", patch: dict[str, Any] | None = None, **params: Any) -> "Finding":
-        """A finding whose words are the catalogue's `check.<rule>.problem` / `.fix`, filled
-        with `params`; `problem` and `fix` hold the English rendering (command line, logs)."""
+    def of(
+        cls,
+        key: str,
+        rule: str,
+        *,
+        message: str = "",
+        severity: Severity = "problem",
+        patch: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> "Finding":
+        """A finding whose words are the catalogue's `check.<message or rule>.problem` / `.fix`,
+        filled with `params`; `problem` and `fix` hold the English rendering (command line)."""
         from backend.i18n import render_message
 
+        message_id = message or rule
         return cls(
             key=key,
-            problem=render_message(f"check.{rule}.problem", params, "en"),
-            fix=render_message(f"check.{rule}.fix", params, "en"),
+            problem=render_message(f"check.{message_id}.problem", params, "en"),
+            fix=render_message(f"check.{message_id}.fix", params, "en"),
             severity=severity,
             rule=rule,
             patch=dict(patch or {}),
             params=dict(params),
+            message=message,
         )
 
     def text(self, locale: str = "en") -> tuple[str, str]:
@@ -47,9 +61,10 @@ class Finding:
         from backend.i18n import render_message, translate_message
 
         if self.params is not None:
+            message_id = self.message or self.rule
             return (
-                render_message(f"check.{self.rule}.problem", self.params, locale),
-                render_message(f"check.{self.rule}.fix", self.params, locale),
+                render_message(f"check.{message_id}.problem", self.params, locale),
+                render_message(f"check.{message_id}.fix", self.params, locale),
             )
         return (
             translate_message(self.rule, "problem", self.problem, locale),
