@@ -2,7 +2,10 @@
 
 Form values (strings, floats, whatever the browser sent) are parsed once, here, into a
 `RunConfig`; everything after that — checks, preview, the YAML writer, the launcher — reads
-typed fields. The YAML writer is the only place that knows LLaMA-Factory's key names.
+typed fields. Which fields there are, their LLaMA-Factory keys, defaults, choices and ranges
+is backend/schema.py's table; this module is its reader: `parse_form`, `to_form` and
+`to_llamafactory_args` walk the table, so a field added there is parsed, shown and written
+without an edit here.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from backend import schema
 from backend.findings import Finding
+from backend.schema import (
+    DATASETS_MAX,
+    QUANTIZATION_BITS,
+    NumberRange,
+)
 
 Precision = Literal["bf16", "fp16", "fp32"]
 FlashAttn = Literal["auto", "sdpa", "disabled", "fa2"]
 FinetuningType = Literal["lora", "freeze", "full"]
-
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp32")
-FLASH_ATTN_CHOICES: tuple[str, ...] = ("auto", "sdpa", "disabled", "fa2")
-FINETUNING_TYPES: tuple[str, ...] = ("lora", "freeze", "full")
-QUANTIZATION_BITS: tuple[int | None, ...] = (None, 8, 4)
 
 
 @dataclass(frozen=True)
@@ -89,63 +93,47 @@ class RunConfig:
     training: TrainingSpec
     precision: PrecisionSpec
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    # (form name, typed value) of schema fields no rule reads yet (`path=""`): a field added
+    # to the schema alone is parsed, written to the YAML and shown again from here.
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def value(self, name: str) -> Any:
+        """The typed value of the form field `name`."""
+        found = schema.field(name)
+        if not found.path:
+            return dict(self.extra).get(name, found.default)
+        value: Any = self
+        for part in found.path.split("."):
+            value = getattr(value, part)
+        return value
+
+
+_SECTIONS: dict[str, type] = {"model": ModelSpec, "method": MethodSpec, "data": DataSpec, "training": TrainingSpec, "precision": PrecisionSpec, "hardware": HardwareSpec}
 
 
 def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str, Any]:
-    """The LLaMA-Factory training arguments for `config`, in a readable order."""
-    model, method, data, training, precision = (
-        config.model,
-        config.method,
-        config.data,
-        config.training,
-        config.precision,
-    )
-    args: dict[str, Any] = {
-        "model_name_or_path": model.model_name_or_path,
-        "template": model.template,
-        "trust_remote_code": model.trust_remote_code,
-        "stage": "sft",
-        "do_train": True,
-        "finetuning_type": method.finetuning_type,
-    }
-    if method.finetuning_type == "lora":
-        args.update(
-            lora_rank=method.lora_rank,
-            lora_alpha=method.lora_alpha,
-            lora_dropout=method.lora_dropout,
-            lora_target=method.lora_target,
-        )
-    if method.quantization_bit is not None:
-        args["quantization_bit"] = method.quantization_bit
-        args["quantization_method"] = "bnb"
-    args.update(dataset=",".join(data.datasets), dataset_dir=data.dataset_dir, cutoff_len=data.cutoff_len)
-    if data.max_samples is not None:
-        args["max_samples"] = data.max_samples
+    """The LLaMA-Factory training arguments for `config`: what the run is first, then each
+    form field in the schema's order (its codec decides the keys), then RocBoard's own."""
+    values = {f.name: config.value(f.name) for f in schema.run_fields()}
+    args: dict[str, Any] = {"stage": "sft", "do_train": True}
+    for form_field in schema.run_fields():
+        if form_field.yaml is not None:
+            args.update(form_field.yaml.write(values[form_field.name], values))
+    if config.data.max_samples is not None:
+        args["max_samples"] = config.data.max_samples
+    training = config.training
     args.update(
+        trust_remote_code=config.model.trust_remote_code,
         output_dir=str(output_dir),
-        logging_steps=training.logging_steps,
-        save_steps=training.save_steps,
         plot_loss=True,
         overwrite_output_dir=True,
         report_to="none",
         # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
         include_num_input_tokens_seen=True,
-        per_device_train_batch_size=training.per_device_train_batch_size,
-        gradient_accumulation_steps=training.gradient_accumulation_steps,
-        learning_rate=training.learning_rate,
-        num_train_epochs=training.num_train_epochs,
         lr_scheduler_type=training.lr_scheduler_type,
         warmup_ratio=training.warmup_ratio,
         seed=training.seed,
     )
-    if training.max_steps > 0:
-        args["max_steps"] = training.max_steps
-    # LLaMA-Factory turns gradient checkpointing on unless told not to.
-    if not training.gradient_checkpointing:
-        args["disable_gradient_checkpointing"] = True
-    args["bf16"] = precision.precision == "bf16"
-    args["fp16"] = precision.precision == "fp16"
-    args["flash_attn"] = precision.flash_attn
     if config.hardware.use_cpu:
         # Without it, a CPU run with bf16 fails in the trainer's device checks.
         args["use_cpu"] = True
@@ -158,102 +146,21 @@ def to_yaml(config: RunConfig, output_dir: str | Path) -> str:
 
 # --- the form boundary ------------------------------------------------------------------
 
-# Names of the form's fields, and what each holds before the user touches it. The page,
-# presets and the importer all speak in these names.
-FORM_DEFAULTS: dict[str, Any] = {
-    "preset": "cpu-demo",
-    "model_path": "",
-    "template": "llama3",
-    "dataset_dir": "",
-    "dataset": "",
-    "finetuning_type": "lora",
-    "lora_rank": 8,
-    "lora_alpha": 16,
-    "lora_dropout": 0.0,
-    "lora_target": "all",
-    "quantization_bit": "none",
-    "learning_rate": 1e-4,
-    "num_train_epochs": 3.0,
-    "max_steps": 0,
-    "batch_size": 1,
-    "grad_accum": 8,
-    "cutoff_len": 1024,
-    "precision": "bf16",
-    "flash_attn": "auto",
-    "gradient_checkpointing": True,
-    "logging_steps": 10,
-    "save_steps": 500,
-    "run_name": "",
-}
+# Names of the form's fields, and what each holds before the user touches it (derived from
+# backend/schema.py; functions here read the schema at call time).
+FORM_DEFAULTS: dict[str, Any] = schema.form_defaults()
 FORM_FIELDS: tuple[str, ...] = tuple(FORM_DEFAULTS)
 
 
-# --- limits: what a value may be, in one table ------------------------------------------
+# --- limits: what a value may be --------------------------------------------------------
 #
 # Every number and list the form, the YAML import (through parse_form) and the multi-GPU plan
-# (backend/distributed.py) accept is bounded here. The bounds are generous for real use and
-# refuse what can only be a typo or an attack: a value outside them gets a finding naming the
-# field, the range and a fix, and falls back to its default so nothing downstream (the
-# preview, the estimate, node commands, the YAML) ever sees it.
+# (backend/distributed.py) accept is bounded by its schema field (`range`, `max_chars`). A
+# value outside gets a finding naming the field, the range and a fix, and falls back to its
+# default so nothing downstream (the preview, the estimate, node commands, the YAML) sees it.
 
-
-@dataclass(frozen=True)
-class NumberRange:
-    low: float
-    high: float
-    example: Any  # the value the fix suggests (and its patch sets)
-    rule: str  # the finding's rule name; `rule_low` when the value is below `low`, if set
-    low_open: bool = False  # the range excludes `low` (a learning rate of 0 trains nothing)
-    high_open: bool = False  # the range excludes `high` (a dropout of 1 drops everything)
-    rule_low: str = ""
-
-    def contains(self, value: float) -> bool:
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def text(self) -> str:
-        """The range in interval notation, the same in every language: "[1, 1024]", "(0, 1]"."""
-        return f"{'(' if self.low_open else '['}{shown(self.low)}, {shown(self.high)}{')' if self.high_open else ']'}"
-
-
-GPUS_PER_NODE_MAX = 64  # MI300X in CPX mode shows 8 x 8 = 64 GPUs; 8 is usual
-NODES_MAX = 1024
-DDP_TIMEOUT_MAX_S = 7 * 24 * 3600  # a week: longer is a hang nobody is watching
-NUMBER_RANGES: dict[str, NumberRange] = {
-    # the form (keys of FORM_DEFAULTS)
-    "lora_rank": NumberRange(1, 1024, 8, rule="lora-rank-range"),  # beyond 1024 a LoRA is no longer low-rank
-    "lora_alpha": NumberRange(1, 100_000, 16, rule="lora-alpha-range"),
-    "lora_dropout": NumberRange(0, 1, 0.0, rule="lora-dropout-range", high_open=True),
-    # Above 1 no fine-tuning recipe trains: a typo for 1e-4 is likelier.
-    "learning_rate": NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"),
-    "num_train_epochs": NumberRange(0, 1000, 3.0, rule="epochs-range"),
-    "max_steps": NumberRange(0, 1_000_000_000, 0, rule="max-steps-range"),  # 0 = train by epochs
-    "batch_size": NumberRange(1, 1024, 1, rule="batch-size-range"),  # per device: no accelerator holds more activations
-    "grad_accum": NumberRange(1, 100_000, 8, rule="grad-accum-range"),
-    "cutoff_len": NumberRange(1, 1_048_576, 1024, rule="cutoff-range"),  # 1M tokens: the longest contexts models have
-    "logging_steps": NumberRange(1, 1_000_000_000, 10, rule="logging-steps-range"),
-    "save_steps": NumberRange(1, 1_000_000_000, 500, rule="save-steps-range"),
-    # the multi-GPU plan (backend/distributed.py PLAN_FORM_DEFAULTS)
-    "dist_nproc": NumberRange(1, GPUS_PER_NODE_MAX, 1, rule="nproc-range"),
-    "dist_gpus": NumberRange(0, GPUS_PER_NODE_MAX - 1, 0, rule="gpu-index-range"),  # each index of the list
-    "dist_nnodes": NumberRange(1, NODES_MAX, 1, rule="nnodes-range"),
-    "dist_node_rank": NumberRange(0, NODES_MAX - 1, 0, rule="node-rank-range"),
-    "dist_master_port": NumberRange(1, 65535, 29500, rule="bad-port"),
-    "dist_ddp_timeout_s": NumberRange(1, DDP_TIMEOUT_MAX_S, 3600, rule="bad-timeout"),
-}
-# Text fields: at most this many characters. A path is at most PATH_MAX (4096) bytes.
-TEXT_MAX_CHARS: dict[str, int] = {
-    "preset": 64,
-    "model_path": 4096,
-    "template": 64,
-    "dataset_dir": 4096,
-    "dataset": 4096,
-    "lora_target": 1024,
-    "run_name": 256,  # the run-name rule asks for 64; a longer one still gets that rule's fix
-}
-DATASETS_MAX = 64  # datasets mixed in one run
-TEXT_MAX_DEFAULT = 256
+NUMBER_RANGES: dict[str, NumberRange] = schema.number_ranges()
+TEXT_MAX_CHARS: dict[str, int] = schema.text_limits()
 # Characters no field of a training config holds: NUL and the other C0 controls, DEL,
 # and lone surrogates (not text at all: they cannot be encoded, and break the page's JSON).
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
@@ -281,18 +188,31 @@ def shown(value: Any, limit: int = 40) -> str:
     return f"a {type(value).__name__}"
 
 
+def field_noun(name: str) -> str:
+    """The English name messages give the field `name` (the catalogue's `field.<name>`);
+    render_message puts it into the reader's language."""
+    from backend.i18n import translate
+
+    key = f"field.{name}"
+    noun = translate(key, "en")
+    return name if noun == key else noun
+
+
 def range_finding(name: str, value: float, what: str, key: str | None = None) -> Finding | None:
     """The finding for a number outside NUMBER_RANGES[name]; None inside it."""
-    bounds = NUMBER_RANGES[name]
+    bounds = schema.number_ranges()[name]
     if bounds.contains(value):
         return None
     rule = bounds.rule_low if bounds.rule_low and not value > bounds.low else bounds.rule
-    return Finding(
-        key=key or name,
-        problem=f"{what} is {shown(value)}, outside its allowed range {bounds.text()}.",
-        fix=f"Enter a value in {bounds.text()} for {what}, e.g. {shown(bounds.example)}.",
-        rule=rule,
+    return Finding.of(
+        key or name,
+        rule,
+        message="out-of-range",
         patch={key or name: bounds.example},
+        field=what,
+        value=shown(value),
+        range=bounds.text(),
+        example=shown(bounds.example),
     )
 
 
@@ -302,24 +222,19 @@ def parse_text(value: Any, what: str, limit: int, key: str) -> tuple[str, Findin
     if value is None:
         return "", None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (isinstance(value, int) and value.bit_length() > 100):
-        return "", Finding(key, f"{what} must be text, not {shown(value)}.", f"Enter {what} as text.", rule="text-not-text")
+        return "", Finding.of(key, "text-not-text", field=what, value=shown(value))
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
-        return "", Finding(key, f"{what} is {len(text)} characters long; at most {limit} are allowed.", f"Shorten {what} to {limit} characters or fewer.", rule="text-too-long")
+        return "", Finding.of(key, "text-too-long", field=what, length=len(text), limit=limit)
     bad = _BAD_CHARACTER.search(text)
     if bad:
-        return "", Finding(
-            key,
-            f"{what} holds the character U+{ord(bad.group()):04X} at position {bad.start() + 1}, which is not allowed here.",
-            f"Type {what} again as plain text (no control characters).",
-            rule="text-bad-character",
-        )
+        return "", Finding.of(key, "text-bad-character", field=what, character=f"U+{ord(bad.group()):04X}", position=bad.start() + 1)
     return text, None
 
 
 def too_many_finding(key: str, what: str, count: int, limit: int) -> Finding:
     """A list (datasets, GPUs) longer than any real use."""
-    return Finding(key, f"{what} lists {count} items; at most {limit} are allowed.", f"List at most {limit} items in {what}.", rule="too-many-items")
+    return Finding.of(key, "too-many-items", field=what, count=count, limit=limit)
 
 
 def huge_number(negative: bool, digits: int) -> str:
@@ -368,79 +283,25 @@ def parse_number(value: Any, kind: type) -> float | int:
     return value
 
 
-class _FormReader:
-    """Reads raw form values into typed values, collecting a finding per bad field."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self.values = values
-        self.findings: list[Finding] = []
-
-    def raw(self, name: str) -> Any:
-        value = self.values.get(name, FORM_DEFAULTS.get(name))
-        return value.strip() if isinstance(value, str) else value
-
-    def text(self, name: str) -> str:
-        text, finding = parse_text(self.raw(name), _FIELD_NAMES.get(name, name), TEXT_MAX_CHARS.get(name, TEXT_MAX_DEFAULT), key=name)
-        if finding is not None:
-            self.findings.append(finding)
-            return str(FORM_DEFAULTS.get(name, ""))
-        return text
-
-    def number(self, name: str, kind: type, what: str) -> Any:
-        value = self.raw(name)
-        try:
-            number = parse_number(value, kind)
-        except NumberTooLarge:
-            self.findings.append(huge_finding(name, value, what))
-            return FORM_DEFAULTS[name]
-        except NotANumber:
-            self.findings.append(
-                Finding(
-                    key=name,
-                    problem=f"{what} must be {'a whole number' if kind is int else 'a number'}, not {shown(value)}.",
-                    fix=f"Enter {'a whole number' if kind is int else 'a number'} for {what}.",
-                    rule="not-a-number",
-                )
-            )
-            return FORM_DEFAULTS[name]
-        if name in NUMBER_RANGES:
-            finding = range_finding(name, number, what)
-            if finding is not None:
-                self.findings.append(finding)
-                return FORM_DEFAULTS[name]
-        return number
-
-    def choice(self, name: str, choices: tuple[str, ...], what: str) -> str:
-        value = self.raw(name)
-        if not isinstance(value, str) or value not in choices:
-            self.findings.append(
-                Finding(
-                    key=name,
-                    problem=f"{what} {shown(value)} is not one of {', '.join(choices)}.",
-                    fix=f"Pick one of {', '.join(choices)} for {what}.",
-                    rule="bad-choice",
-                )
-            )
-            return FORM_DEFAULTS[name]
-        return value
-
-    def flag(self, name: str) -> bool:
-        value = self.raw(name)
-        if isinstance(value, str):
-            return value.lower() not in ("", "0", "false", "no", "off", "none")
-        return bool(value) if isinstance(value, (bool, int, float)) or value is None else bool(FORM_DEFAULTS[name])
+def not_a_number_finding(key: str, value: Any, what: str, kind: type) -> Finding:
+    """A value that is no number at all (text, a list, NaN, a fraction where a whole number belongs)."""
+    message = "" if kind is int else "not-a-number-float"
+    return Finding.of(key, "not-a-number", message=message, field=what, value=shown(value))
 
 
 def huge_finding(name: str, value: Any, what: str, key: str | None = None) -> Finding:
     """The range finding for a number parse_number found too large to convert."""
-    bounds = NUMBER_RANGES[name]
+    bounds = schema.number_ranges()[name]
     negative = value.startswith("-") if isinstance(value, str) else value < 0
-    return Finding(
-        key=key or name,
-        problem=f"{what} is {huge_number(negative, _digit_count(value))}, outside its allowed range {bounds.text()}.",
-        fix=f"Enter a value in {bounds.text()} for {what}, e.g. {shown(bounds.example)}.",
-        rule=bounds.rule_low if negative and bounds.rule_low else bounds.rule,
+    return Finding.of(
+        key or name,
+        bounds.rule_low if negative and bounds.rule_low else bounds.rule,
+        message="out-of-range-negative-digits" if negative else "out-of-range-digits",
         patch={key or name: bounds.example},
+        field=what,
+        digits=_digit_count(value),
+        range=bounds.text(),
+        example=shown(bounds.example),
     )
 
 
@@ -448,18 +309,6 @@ def _digit_count(value: Any) -> int:
     if isinstance(value, int):
         return int(value.bit_length() * 0.30103) + 1
     return len(str(value).strip().lstrip("+-").replace("_", "").lstrip("0"))
-
-
-# The English names of the fields that messages speak of (the catalogue's `field.*` words).
-_FIELD_NAMES: dict[str, str] = {
-    "preset": "Hardware preset",
-    "model_path": "Model path",
-    "template": "Template",
-    "dataset_dir": "Dataset directory",
-    "dataset": "Dataset",
-    "lora_target": "LoRA target",
-    "run_name": "Run name",
-}
 
 
 def parse_quantization(value: Any) -> int | None:
@@ -473,88 +322,121 @@ def parse_quantization(value: Any) -> int | None:
     return int(float(text))
 
 
+class _FormReader:
+    """Reads raw form values into typed values, collecting a finding per bad field; a bad
+    field's value is its schema default."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = values
+        self.findings: list[Finding] = []
+
+    def raw(self, form_field: schema.Field) -> Any:
+        value = self.values.get(form_field.name, form_field.default)
+        return value.strip() if isinstance(value, str) else value
+
+    def read(self, form_field: schema.Field) -> Any:
+        """The typed value of `form_field` (its kind says how to read it)."""
+        return getattr(self, f"_{form_field.kind}")(form_field)
+
+    def _text(self, form_field: schema.Field) -> str:
+        text, finding = parse_text(self.raw(form_field), field_noun(form_field.name), form_field.max_chars, key=form_field.name)
+        if finding is not None:
+            self.findings.append(finding)
+            return str(form_field.default)
+        return text or str(form_field.default) if form_field.blank_is_default else text
+
+    def _datasets(self, form_field: schema.Field) -> tuple[str, ...]:
+        datasets = tuple(d.strip() for d in re.split(r"[,\s]+", self._text(form_field)) if d.strip())
+        if len(datasets) > DATASETS_MAX:
+            self.findings.append(too_many_finding(form_field.name, field_noun(form_field.name), len(datasets), DATASETS_MAX))
+            return ()
+        return datasets
+
+    def _number(self, form_field: schema.Field, kind: type) -> Any:
+        value, what = self.raw(form_field), field_noun(form_field.name)
+        try:
+            number = parse_number(value, kind)
+        except NumberTooLarge:
+            self.findings.append(huge_finding(form_field.name, value, what))
+            return form_field.default
+        except NotANumber:
+            self.findings.append(not_a_number_finding(form_field.name, value, what, kind))
+            return form_field.default
+        if form_field.range is not None:
+            finding = range_finding(form_field.name, number, what)
+            if finding is not None:
+                self.findings.append(finding)
+                return form_field.default
+        return number
+
+    def _int(self, form_field: schema.Field) -> int:
+        return self._number(form_field, int)
+
+    def _float(self, form_field: schema.Field) -> float:
+        return self._number(form_field, float)
+
+    def _choice(self, form_field: schema.Field) -> str:
+        value = self.raw(form_field)
+        if not isinstance(value, str) or value not in form_field.choices:
+            choices = ", ".join(map(str, form_field.choices))
+            self.findings.append(Finding.of(form_field.name, "bad-choice", field=field_noun(form_field.name), value=shown(value), choices=choices))
+            return form_field.default
+        return value
+
+    def _flag(self, form_field: schema.Field) -> bool:
+        value = self.raw(form_field)
+        if isinstance(value, str):
+            return value.lower() not in ("", "0", "false", "no", "off", "none")
+        return bool(value) if isinstance(value, (bool, int, float)) or value is None else bool(form_field.default)
+
+    def _quantization(self, form_field: schema.Field) -> int | None:
+        value = self.raw(form_field)
+        try:
+            bits = parse_quantization(value)
+            if bits not in QUANTIZATION_BITS:
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            self.findings.append(Finding.of(form_field.name, "bad-choice", message="bad-quantization", value=shown(value)))
+            return None
+        return bits
+
+
 def parse_form(values: Mapping[str, Any], preset_env: tuple[tuple[str, str], ...] = (), use_cpu: bool = False) -> tuple[RunConfig, list[Finding]]:
     """Typed config from raw form values. Fields that do not parse, or hold a value outside
-    NUMBER_RANGES / TEXT_MAX_CHARS, get a finding each and fall back to their default, so the
+    their schema range / length, get a finding each and fall back to their default, so the
     caller can show every problem at once and never handles an absurd value."""
     if not isinstance(values, Mapping):
         values = {}
     form = _FormReader(values)
-    datasets = tuple(d.strip() for d in re.split(r"[,\s]+", form.text("dataset")) if d.strip())
-    if len(datasets) > DATASETS_MAX:
-        form.findings.append(too_many_finding("dataset", "Dataset", len(datasets), DATASETS_MAX))
-        datasets = ()
-    try:
-        quantization_bit = parse_quantization(form.raw("quantization_bit"))
-        if quantization_bit not in QUANTIZATION_BITS:
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        form.findings.append(
-            Finding("quantization_bit", f"Quantization {shown(form.raw('quantization_bit'))} is not none, 8 or 4.", "Pick none, 8 or 4.", rule="bad-choice")
-        )
-        quantization_bit = None
-    config = RunConfig(
-        run_name=form.text("run_name"),
-        model=ModelSpec(model_name_or_path=form.text("model_path"), template=form.text("template")),
-        method=MethodSpec(
-            finetuning_type=form.choice("finetuning_type", FINETUNING_TYPES, "Fine-tuning type"),  # type: ignore[arg-type]
-            lora_rank=form.number("lora_rank", int, "LoRA rank"),
-            lora_alpha=form.number("lora_alpha", int, "LoRA alpha"),
-            lora_dropout=form.number("lora_dropout", float, "LoRA dropout"),
-            lora_target=form.text("lora_target") or "all",
-            quantization_bit=quantization_bit,
-        ),
-        data=DataSpec(
-            dataset_dir=form.text("dataset_dir"),
-            datasets=datasets,
-            cutoff_len=form.number("cutoff_len", int, "Cutoff length"),
-        ),
-        training=TrainingSpec(
-            learning_rate=form.number("learning_rate", float, "Learning rate"),
-            num_train_epochs=form.number("num_train_epochs", float, "Epochs"),
-            max_steps=form.number("max_steps", int, "Max steps"),
-            per_device_train_batch_size=form.number("batch_size", int, "Batch size"),
-            gradient_accumulation_steps=form.number("grad_accum", int, "Gradient accumulation"),
-            logging_steps=form.number("logging_steps", int, "Logging steps"),
-            save_steps=form.number("save_steps", int, "Save steps"),
-            gradient_checkpointing=form.flag("gradient_checkpointing"),
-        ),
-        precision=PrecisionSpec(
-            precision=form.choice("precision", PRECISIONS, "Precision"),  # type: ignore[arg-type]
-            flash_attn=form.choice("flash_attn", FLASH_ATTN_CHOICES, "flash_attn"),  # type: ignore[arg-type]
-        ),
-        hardware=HardwareSpec(preset=form.text("preset"), use_cpu=use_cpu, env=preset_env),
-    )
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    top: dict[str, Any] = {}
+    extra: list[tuple[str, Any]] = []
+    for form_field in schema.run_fields():
+        value = form.read(form_field)
+        if not form_field.path:
+            extra.append((form_field.name, value))
+        elif "." in form_field.path:
+            section, attribute = form_field.path.split(".", 1)
+            sections[section][attribute] = value
+        else:
+            top[form_field.path] = value
+    sections["hardware"].update(use_cpu=use_cpu, env=preset_env)
+    config = RunConfig(**top, **{name: kind(**sections[name]) for name, kind in _SECTIONS.items()}, extra=tuple(extra))
     return config, form.findings
+
+
+def form_value(form_field: schema.Field, value: Any) -> Any:
+    """A typed value as the form shows it."""
+    if form_field.kind == "datasets":
+        return ",".join(value)
+    if form_field.kind == "quantization":
+        return "none" if value is None else str(value)
+    return value
 
 
 def to_form(config: RunConfig) -> dict[str, Any]:
     """The form values that show `config` (the inverse of parse_form)."""
-    return {
-        "preset": config.hardware.preset,
-        "model_path": config.model.model_name_or_path,
-        "template": config.model.template,
-        "dataset_dir": config.data.dataset_dir,
-        "dataset": ",".join(config.data.datasets),
-        "finetuning_type": config.method.finetuning_type,
-        "lora_rank": config.method.lora_rank,
-        "lora_alpha": config.method.lora_alpha,
-        "lora_dropout": config.method.lora_dropout,
-        "lora_target": config.method.lora_target,
-        "quantization_bit": "none" if config.method.quantization_bit is None else str(config.method.quantization_bit),
-        "learning_rate": config.training.learning_rate,
-        "num_train_epochs": config.training.num_train_epochs,
-        "max_steps": config.training.max_steps,
-        "batch_size": config.training.per_device_train_batch_size,
-        "grad_accum": config.training.gradient_accumulation_steps,
-        "cutoff_len": config.data.cutoff_len,
-        "precision": config.precision.precision,
-        "flash_attn": config.precision.flash_attn,
-        "gradient_checkpointing": config.training.gradient_checkpointing,
-        "logging_steps": config.training.logging_steps,
-        "save_steps": config.training.save_steps,
-        "run_name": config.run_name,
-    }
+    return {f.name: form_value(f, config.value(f.name)) for f in schema.run_fields()}
 
 
 __all__ = [
@@ -569,6 +451,9 @@ __all__ = [
     "PrecisionSpec",
     "RunConfig",
     "TrainingSpec",
+    "field_noun",
+    "form_value",
+    "not_a_number_finding",
     "parse_form",
     "parse_number",
     "parse_text",

@@ -30,35 +30,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from backend.child_env import allowed_settings, refusal, value_refusal
-from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, huge_finding, parse_number, parse_text, range_finding, shown, too_many_finding
+from backend import schema
+from backend.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
+from backend.child_env import _NAME as _ENV_NAME  # the one shell-name rule
+from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, too_many_finding
 from backend.findings import Finding
 from backend.presets import HardwarePreset
+from backend.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES, STRATEGY_LABELS
 
 Strategy = Literal["ddp", "zero2", "zero3"]
-STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
-STRATEGY_LABELS: dict[str, str] = {
-    "ddp": "DDP (a full copy of the model on every GPU)",
-    "zero2": "DeepSpeed ZeRO-2 (optimizer state and gradients sharded)",
-    "zero3": "DeepSpeed ZeRO-3 (parameters sharded too)",
-}
 
-DEFAULT_MASTER_PORT = 29500  # torchrun's own default; used where no free port can be probed
-# Long enough for rank 0 to tokenize a large dataset while the other ranks wait at a barrier
-# (LLaMA-Factory prepares data on the main process first); short enough that a dead peer
-# fails the job within the hour instead of holding every GPU forever. Transformers' default
-# is 1800 s; LLaMA-Board uses 180000000 s (never).
-DEFAULT_DDP_TIMEOUT_S = 3600
+# The defaults, STRATEGIES and the plan's form fields live in backend/schema.py (PLAN_FIELDS).
 
-# RCCL reads NCCL_* variables (it is a port of NCCL and keeps its names). PyTorch's
-# process group reads TORCH_NCCL_* for both NCCL and RCCL.
-DEFAULT_RCCL_ENV: tuple[tuple[str, str], ...] = (
-    # Init failures and fallbacks are printed to train.log; INFO adds topology and rings.
-    ("NCCL_DEBUG", "WARN"),
-    # A failed or timed-out collective tears the process down (and torchrun then ends the
-    # job) instead of leaving every other rank blocked in an all-reduce.
-    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
-)
 # Prefixes of variables that belong to the collective-communication layer; a preset's env
 # entries with these prefixes become the plan's editable rccl_env. Which variables may be
 # set at all is backend/child_env.py's rule (`refusal`), checked in check_plan.
@@ -75,7 +58,6 @@ PLAN_VARIABLES: tuple[str, ...] = (
     "HIP_VISIBLE_DEVICES",
     "CUDA_VISIBLE_DEVICES",
 )
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
@@ -118,6 +100,22 @@ class GpuListTooLarge(ValueError):
         self.index, self.count = index, count
 
 
+class BadGpuEntry(ValueError):
+    """A part of a GPU list that is neither an index nor a range."""
+
+    def __init__(self, part: str):
+        super().__init__(f"{part} is not a GPU index or a range like 0-3")
+        self.part = part
+
+
+class BadEnvLine(ValueError):
+    """A line of the RCCL settings that is not NAME=value."""
+
+    def __init__(self, number: int, line: str):
+        super().__init__(f"line {number} ({line!r}) is not NAME=value")
+        self.number, self.line = number, line
+
+
 def parse_gpu_list(text: str) -> tuple[int, ...]:
     """`"0,1, 2"` -> (0, 1, 2); ranges as `"0-3"`. ValueError names the bad part;
     GpuListTooLarge (checked before a range is expanded: `0-1000000` must cost nothing)
@@ -139,7 +137,7 @@ def parse_gpu_list(text: str) -> tuple[int, ...]:
         except GpuListTooLarge:
             raise
         except ValueError:
-            raise ValueError(f"{shown(part)} is not a GPU index or a range like 0-3") from None
+            raise BadGpuEntry(shown(part)) from None
         if last > highest:
             raise GpuListTooLarge(index=last)
         if len(gpus) + last - first + 1 > highest + 1:
@@ -150,7 +148,7 @@ def parse_gpu_list(text: str) -> tuple[int, ...]:
 
 def parse_env_lines(text: str) -> tuple[tuple[str, str], ...]:
     """`NAME=value` lines (blank lines and # comments skipped) -> ordered pairs.
-    ValueError names the first line that is not NAME=value."""
+    BadEnvLine names the first line that is not NAME=value."""
     pairs: list[tuple[str, str]] = []
     for number, line in enumerate(str(text).splitlines(), start=1):
         line = line.strip()
@@ -159,7 +157,7 @@ def parse_env_lines(text: str) -> tuple[tuple[str, str], ...]:
         name, sep, value = line.partition("=")
         name = name.strip()
         if not sep or not _ENV_NAME.match(name):
-            raise ValueError(f"line {number} ({line!r}) is not NAME=value")
+            raise BadEnvLine(number, line)
         pairs.append((name, value.strip()))
     return tuple(pairs)
 
@@ -209,37 +207,40 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-# The page's fields for a plan (prefixed so they never collide with config.FORM_FIELDS), and
-# what each holds before the user touches it. form.json keeps them, so a run's plan can be
-# rebuilt from its directory.
-PLAN_FORM_DEFAULTS: dict[str, Any] = {
-    "dist_gpus": "0",
-    "dist_nproc": 1,
-    "dist_strategy": "ddp",
-    "dist_offload": False,
-    "dist_ddp_timeout_s": DEFAULT_DDP_TIMEOUT_S,
-    "dist_rccl_env": "\n".join(f"{k}={v}" for k, v in DEFAULT_RCCL_ENV),
-    "dist_nnodes": 1,
-    "dist_node_rank": 0,
-    "dist_master_addr": "127.0.0.1",
-    "dist_master_port": DEFAULT_MASTER_PORT,
-}
+# The page's fields for a plan (backend/schema.py PLAN_FIELDS) and what each holds before
+# the user touches it. form.json keeps them, so a run's plan can be rebuilt from its directory.
+PLAN_FORM_DEFAULTS: dict[str, Any] = schema.plan_form_defaults()
+
+
+def _plan_form_value(form_field: schema.Field, plan: DistributedPlan) -> Any:
+    value = getattr(plan, form_field.path)
+    if form_field.kind == "gpus":
+        return visible_devices(plan)
+    if form_field.kind == "env_lines":
+        return format_env_lines(value)
+    return value
 
 
 def plan_to_form(plan: DistributedPlan) -> dict[str, Any]:
     """The page's field values that show `plan` (the inverse of parse_plan_form)."""
-    return {
-        "dist_gpus": visible_devices(plan),
-        "dist_nproc": plan.nproc,
-        "dist_strategy": plan.strategy,
-        "dist_offload": plan.offload,
-        "dist_ddp_timeout_s": plan.ddp_timeout_s,
-        "dist_rccl_env": format_env_lines(plan.rccl_env),
-        "dist_nnodes": plan.nnodes,
-        "dist_node_rank": plan.node_rank,
-        "dist_master_addr": plan.master_addr,
-        "dist_master_port": plan.master_port,
-    }
+    return {f.name: _plan_form_value(f, plan) for f in schema.plan_fields()}
+
+
+def saved_form(config: Any, plan: DistributedPlan | None) -> dict[str, Any]:
+    """What a run's form.json holds: the *checked* config and plan as form values (every
+    value already parsed and bounded), so a resume re-parses what was run, not what was typed."""
+    from backend.config import to_form
+
+    return {**to_form(config), **(plan_to_form(plan) if plan is not None else {})}
+
+
+def form_from_saved(saved: Any) -> dict[str, Any]:
+    """The form values a form.json gives back: the schema's fields only (defaults where one
+    is missing, e.g. a file written before a field existed); anything else is dropped."""
+    values = {**schema.form_defaults(), **schema.plan_form_defaults()}
+    if isinstance(saved, Mapping):
+        values.update((name, saved[name]) for name in values if name in saved)
+    return values
 
 
 def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[DistributedPlan, list[Finding]]:
@@ -247,26 +248,28 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
     fields fall back to their defaults with a finding each, then check_plan runs)."""
     findings: list[Finding] = []
 
+    defaults = schema.plan_form_defaults()
+
     def raw(name: str) -> Any:
-        value = values.get(name, PLAN_FORM_DEFAULTS[name])
+        value = values.get(name, defaults[name])
         return value.strip() if isinstance(value, str) else value
 
-    def whole(name: str, what: str) -> int:
+    def whole(name: str) -> int:
         """A whole number inside NUMBER_RANGES[name], else a finding and the default (so the
         plan never holds 100,000 nodes: the preview writes one command per node)."""
-        value = raw(name)
+        value, what = raw(name), field_noun(name)
         try:
             number = int(parse_number(value, int))
         except NumberTooLarge:
             findings.append(huge_finding(name, value, what))
-            return int(PLAN_FORM_DEFAULTS[name])
+            return int(defaults[name])
         except NotANumber:
-            findings.append(Finding(name, f"{what} must be a whole number, not {shown(value)}.", f"Enter a whole number for {what}.", rule="not-a-number"))
-            return int(PLAN_FORM_DEFAULTS[name])
+            findings.append(not_a_number_finding(name, value, what, int))
+            return int(defaults[name])
         out_of_range = range_finding(name, number, what)
         if out_of_range is not None:
             findings.append(out_of_range)
-            return int(PLAN_FORM_DEFAULTS[name])
+            return int(defaults[name])
         return number
 
     gpus: tuple[int, ...] = ()
@@ -274,7 +277,7 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
         listed = raw("dist_gpus")
         if isinstance(listed, int) and not isinstance(listed, bool) and 0 <= listed < 10**6:
             listed = str(listed)  # one index, sent as a number
-        text, bad_text = parse_text(listed, "GPU list", 1024, key="dist_gpus")
+        text, bad_text = parse_text(listed, field_noun("dist_gpus"), schema.field("dist_gpus").max_chars, key="dist_gpus")
         try:
             if bad_text is not None:
                 findings.append(bad_text)
@@ -283,33 +286,33 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
         except GpuListTooLarge as error:
             highest = int(NUMBER_RANGES["dist_gpus"].high)
             if error.index is not None:
-                findings.append(range_finding("dist_gpus", error.index, "GPU index"))  # type: ignore[arg-type]  # out of range by construction
+                findings.append(range_finding("dist_gpus", error.index, field_noun("dist_gpu_index")))  # type: ignore[arg-type]  # out of range by construction
             else:
-                findings.append(too_many_finding("dist_gpus", "GPU list", error.count or highest + 2, highest + 1))
-        except ValueError as error:
-            findings.append(Finding("dist_gpus", f"GPU list: {error}.", "List GPU indices like 0,1,2,3 or 0-3.", rule="bad-gpu-list"))
+                findings.append(too_many_finding("dist_gpus", field_noun("dist_gpus"), error.count or highest + 2, highest + 1))
+        except BadGpuEntry as error:
+            findings.append(Finding.of("dist_gpus", "bad-gpu-list", part=error.part))
     try:
         rccl_env = parse_env_lines(str(raw("dist_rccl_env") or ""))
-    except ValueError as error:
-        findings.append(Finding("dist_rccl_env", f"RCCL settings: {error}.", "Write one NAME=value a line.", rule="bad-env-line"))
+    except BadEnvLine as error:
+        findings.append(Finding.of("dist_rccl_env", "bad-env-line", number=error.number, line=repr(error.line)))
         rccl_env = DEFAULT_RCCL_ENV
     strategy = raw("dist_strategy")
     # 253: the longest DNS name; an address goes into every node's command line.
-    master_addr, bad_addr = parse_text(raw("dist_master_addr"), "Address of node 0", 253, key="dist_master_addr")
+    master_addr, bad_addr = parse_text(raw("dist_master_addr"), field_noun("dist_master_addr"), schema.field("dist_master_addr").max_chars, key="dist_master_addr")
     if bad_addr is not None:
         findings.append(bad_addr)
-        master_addr = str(PLAN_FORM_DEFAULTS["dist_master_addr"])
+        master_addr = str(defaults["dist_master_addr"])
     strategy = strategy if isinstance(strategy, str) and len(strategy) <= 64 else shown(strategy)  # check_plan refuses it
     plan = DistributedPlan(
         gpus=gpus,
-        nproc=whole("dist_nproc", "Processes per node"),
+        nproc=whole("dist_nproc"),
         strategy=strategy,  # type: ignore[arg-type]  # check_plan reports a bad one
         offload=bool(raw("dist_offload")),
-        master_port=whole("dist_master_port", "Master port"),
-        ddp_timeout_s=whole("dist_ddp_timeout_s", "Collective timeout"),
+        master_port=whole("dist_master_port"),
+        ddp_timeout_s=whole("dist_ddp_timeout_s"),
         rccl_env=rccl_env,
-        nnodes=whole("dist_nnodes", "Number of nodes"),
-        node_rank=whole("dist_node_rank", "Node rank"),
+        nnodes=whole("dist_nnodes"),
+        node_rank=whole("dist_node_rank"),
         master_addr=master_addr,
         on_cpu=on_cpu,
     )
@@ -322,80 +325,70 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
 def check_plan(plan: DistributedPlan) -> list[Finding]:
     """Problems (block the start) and warnings in a plan, each with its fix."""
     findings: list[Finding] = []
-
-    def problem(key: str, what: str, fix: str, rule: str, severity: str = "problem") -> None:
-        findings.append(Finding(key, what, fix, severity=severity, rule=rule))  # type: ignore[arg-type]
+    add = findings.append
 
     if plan.strategy not in STRATEGIES:
-        problem("strategy", f"Strategy {shown(plan.strategy)} is not one of {', '.join(STRATEGIES)}.", "Pick DDP, ZeRO-2 or ZeRO-3.", "bad-strategy")
-    # Each number inside its range of config.NUMBER_RANGES (parse_plan_form already refused
-    # form values outside them; this holds for a plan built in code or read back).
-    numbers = (("nproc", "dist_nproc", "Processes per node"), ("nnodes", "dist_nnodes", "Number of nodes"), ("master_port", "dist_master_port", "Master port"), ("ddp_timeout_s", "dist_ddp_timeout_s", "Collective timeout"))
-    for attribute, name, what in numbers:
-        out_of_range = range_finding(name, getattr(plan, attribute), what, key=attribute)
-        if out_of_range is not None:
-            findings.append(replace(out_of_range, patch={}))
+        add(Finding.of("strategy", "bad-strategy", strategy=shown(plan.strategy), choices=", ".join(STRATEGIES)))
+    # Each number inside its range of the schema (parse_plan_form already refused form
+    # values outside them; this holds for a plan built in code or read back).
+    for form_field in schema.plan_fields():
+        if form_field.kind == "int" and form_field.range is not None and form_field.name != "dist_node_rank":
+            out_of_range = range_finding(form_field.name, getattr(plan, form_field.path), field_noun(form_field.name), key=form_field.path)
+            if out_of_range is not None:
+                add(replace(out_of_range, patch={}))
     if plan.nnodes >= 1 and not 0 <= plan.node_rank < plan.nnodes:
-        problem("node_rank", f"Node rank {plan.node_rank} is not in 0..{plan.nnodes - 1}.", "Number the nodes 0 to NNODES-1.", "node-rank-range")
+        add(Finding.of("node_rank", "node-rank-range", rank=plan.node_rank, last=plan.nnodes - 1))
     if 1 <= plan.master_port < 1024:
-        problem("master_port", f"Port {plan.master_port} needs root to listen on.", "Pick a port between 1024 and 65535.", "privileged-port", "warning")
+        add(Finding.of("master_port", "privileged-port", severity="warning", port=plan.master_port))
     highest_gpu = int(NUMBER_RANGES["dist_gpus"].high)
     if len(plan.gpus) > highest_gpu + 1:
-        findings.append(too_many_finding("gpus", "GPU list", len(plan.gpus), highest_gpu + 1))
+        add(too_many_finding("gpus", field_noun("dist_gpus"), len(plan.gpus), highest_gpu + 1))
     elif plan.gpus and max(plan.gpus) > highest_gpu:
-        findings.append(replace(range_finding("dist_gpus", max(plan.gpus), "GPU index", key="gpus"), patch={}))  # type: ignore[arg-type]
+        add(replace(range_finding("dist_gpus", max(plan.gpus), field_noun("dist_gpu_index"), key="gpus"), patch={}))  # type: ignore[arg-type]
     if not plan.master_addr.strip():
-        problem("master_addr", "No master address is set.", "Enter the hostname or IP of node 0.", "no-master-addr")
+        add(Finding.of("master_addr", "no-master-addr"))
     elif plan.multi_node and plan.master_addr.strip() in _LOOPBACK_HOSTS:
-        problem(
-            "master_addr",
-            f"MASTER_ADDR {plan.master_addr} is this machine's loopback: the other nodes cannot reach it.",
-            "Enter node 0's hostname or IP on the network the nodes share.",
-            "loopback-master",
-            "warning",  # a warning, not a problem: several "nodes" on one machine is a valid test
-        )
+        # A warning, not a problem: several "nodes" on one machine is a valid test.
+        add(Finding.of("master_addr", "loopback-master", severity="warning", address=plan.master_addr))
 
     if plan.on_cpu:
         if plan.gpus:
-            problem("gpus", "A CPU plan names GPUs.", "Clear the GPU list, or leave CPU mode.", "cpu-with-gpus")
+            add(Finding.of("gpus", "cpu-with-gpus"))
         if plan.strategy != "ddp":
-            problem("strategy", "DeepSpeed ZeRO is not set up for CPU training here.", "Use DDP on the CPU.", "zero-on-cpu")
+            add(Finding.of("strategy", "zero-on-cpu"))
     else:
+        gpus = len(set(plan.gpus))
         if not plan.gpus:
-            problem("gpus", "No GPUs are selected.", "Pick the GPU indices to train on, e.g. 0,1.", "no-gpus")
+            add(Finding.of("gpus", "no-gpus"))
         if any(g < 0 for g in plan.gpus):
-            problem("gpus", "GPU indices cannot be negative.", "Use the indices amd-smi / rocm-smi list (0, 1, ...).", "negative-gpu")
-        if len(set(plan.gpus)) != len(plan.gpus):
-            problem("gpus", "A GPU is listed twice.", "List each GPU once.", "duplicate-gpu")
-        if plan.gpus and plan.nproc > len(set(plan.gpus)):
-            problem(
-                "nproc",
-                f"{plan.nproc} processes on {len(set(plan.gpus))} GPU(s) would put two ranks on one GPU, which RCCL refuses.",
-                f"Set processes per node to {len(set(plan.gpus))}, or select more GPUs.",
-                "nproc-over-gpus",
-            )
-        elif plan.gpus and plan.nproc < len(set(plan.gpus)):
-            problem(
-                "nproc",
-                f"{len(set(plan.gpus)) - plan.nproc} selected GPU(s) will sit idle ({plan.nproc} processes, {len(set(plan.gpus))} GPUs).",
-                f"Set processes per node to {len(set(plan.gpus))}.",
-                "idle-gpus",
-                "warning",
-            )
+            add(Finding.of("gpus", "negative-gpu"))
+        if gpus != len(plan.gpus):
+            add(Finding.of("gpus", "duplicate-gpu"))
+        if plan.gpus and plan.nproc > gpus:
+            add(Finding.of("nproc", "nproc-over-gpus", nproc=plan.nproc, gpus=gpus))
+        elif plan.gpus and plan.nproc < gpus:
+            add(Finding.of("nproc", "idle-gpus", severity="warning", idle=gpus - plan.nproc, nproc=plan.nproc, gpus=gpus))
     if plan.offload and plan.strategy == "ddp":
-        problem("offload", "Offload is a DeepSpeed ZeRO feature; DDP ignores it.", "Pick ZeRO-2 or ZeRO-3, or turn offload off.", "offload-without-zero")
+        add(Finding.of("offload", "offload-without-zero"))
 
     for name, value in plan.rccl_env:
         # These lines become the trainer's environment, where a name like PYTHONWARNINGS,
         # BROWSER, PYTHONPATH or LD_PRELOAD runs code: child_env's allow-list decides.
         if _ENV_NAME.match(name) and name in PLAN_VARIABLES:
-            problem("rccl_env", f"{name} is set from the plan; setting it here would contradict it.", f"Remove {name} from the RCCL settings and use the plan's field.", "env-overrides-plan")
+            add(Finding.of("rccl_env", "env-overrides-plan", name=name))
             refused = value_refusal(name, value)
         else:
             refused = refusal(name, value)
         if refused is not None:
-            problem("rccl_env", refused.problem, refused.fix, refused.rule)
+            add(_refusal_finding(refused, name))
     return findings
+
+
+def _refusal_finding(refused: Refusal, name: str) -> Finding:
+    """child_env's refusal of one RCCL line, as a finding from its message id."""
+    shown_name = repr(name) if refused.rule == "bad-env-name" else name
+    limit = MAX_NAME_LENGTH if refused.rule == "env-name-too-long" else MAX_VALUE_LENGTH
+    return Finding.of("rccl_env", refused.rule, name=shown_name, limit=limit)
 
 
 # --- what the trainer gets ------------------------------------------------------------------
@@ -666,7 +659,9 @@ __all__ = [
     "node_commands",
     "PLAN_FORM_DEFAULTS",
     "parse_env_lines",
+    "form_from_saved",
     "parse_plan_form",
+    "saved_form",
     "plan_to_form",
     "parse_gpu_list",
     "plan_for_preset",

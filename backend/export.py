@@ -11,10 +11,9 @@ import re
 import shlex
 from pathlib import Path
 
+from backend.child_env import _NAME as ENV_NAME  # the one shell-name rule
 from backend.config import RunConfig, to_yaml
 from backend.presets import HardwarePreset
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def export_yaml(config: RunConfig, output_dir: str) -> str:

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from backend import schema
 from backend.checks import check_config
-from backend.config import FORM_DEFAULTS, parse_form, shown
+from backend.config import parse_form, shown
 from backend.findings import Finding
 from backend.lf_check import did_you_mean, static_names
 from backend.presets import HardwarePreset
@@ -37,33 +38,10 @@ MAX_UNKNOWN_KEYS_LISTED = 50
 KEY_SHOWN_CHARS = 64  # a key longer than any real one is shown cut, and never spell-checked
 FILE_KEY = "file"  # findings about the file as a whole
 
-# Form field -> the LLaMA-Factory key that holds it. `precision` and `gradient_checkpointing`
-# are spread over or inverted into other keys (see form_values_from_args and yaml_patch).
-FORM_TO_YAML: dict[str, str] = {
-    "model_path": "model_name_or_path",
-    "template": "template",
-    "dataset_dir": "dataset_dir",
-    "dataset": "dataset",
-    "finetuning_type": "finetuning_type",
-    "lora_rank": "lora_rank",
-    "lora_alpha": "lora_alpha",
-    "lora_dropout": "lora_dropout",
-    "lora_target": "lora_target",
-    "quantization_bit": "quantization_bit",
-    "learning_rate": "learning_rate",
-    "num_train_epochs": "num_train_epochs",
-    "max_steps": "max_steps",
-    "batch_size": "per_device_train_batch_size",
-    "grad_accum": "gradient_accumulation_steps",
-    "cutoff_len": "cutoff_len",
-    "precision": "bf16",
-    "flash_attn": "flash_attn",
-    "gradient_checkpointing": "disable_gradient_checkpointing",
-    "logging_steps": "logging_steps",
-    "save_steps": "save_steps",
-    "run_name": "run_name",
-}
-PRECISION_KEYS = ("bf16", "fp16", "pure_bf16")
+# Form field -> the LLaMA-Factory key a finding about it is shown under (backend/schema.py;
+# the functions below read the schema at call time).
+FORM_TO_YAML: dict[str, str] = schema.form_to_yaml()
+PRECISION_KEYS = schema.PRECISION_KEYS
 # Keys RocBoard writes itself (backend/config.py to_llamafactory_args) or that do not change
 # what is trained: importing them loses nothing.
 WRITTEN_BY_ROCBOARD = frozenset(
@@ -75,7 +53,8 @@ WRITTEN_BY_ROCBOARD = frozenset(
         "include_num_input_tokens_seen",
     }
 )
-FLASH_ATTN_CHOICES = ("auto", "disabled", "sdpa", "fa2", "fa3")
+# What LLaMA-Factory accepts: the form's choices and those only it knows (backend/schema.py).
+FLASH_ATTN_CHOICES = schema.field("flash_attn").all_choices
 FLASH_ATTN_ALIASES = {"eager": "disabled", "none": "disabled", "off": "disabled", "false": "disabled", "flash_attention_2": "fa2", "flash_attn2": "fa2", "fa": "fa2", "flash_attention_3": "fa3", "true": "auto", "on": "auto"}
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")
 # On ROCm, torch.distributed's "nccl" backend is RCCL; these are what people write instead.
@@ -145,12 +124,48 @@ _LlamaFactoryLoader.add_constructor("tag:yaml.org,2002:int", _LlamaFactoryLoader
 
 
 def _too_deep() -> Finding:
-    return Finding(
-        FILE_KEY,
-        f"The file nests values more than {MAX_NESTING} levels deep.",
-        "A training YAML holds plain `key: value` lines (a list at most one level down).",
-        rule="yaml-too-deep",
+    return Finding.of(FILE_KEY, "yaml-too-deep", limit=MAX_NESTING)
+
+
+# PyYAML's commonest problems (its own English), each with its own message: the message id
+# (check.<id>.problem / .fix) and the pattern of PyYAML's words, whose groups are the params.
+# The first that matches wins: the specific "expected" wordings come before the general ones.
+_SYNTAX_AT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (message, re.compile(pattern, re.DOTALL))
+    for message, pattern in (
+        ("yaml-syntax-mapping-values", r"mapping values are not allowed here"),
+        ("yaml-syntax-missing-colon", r"could not find expected ':'"),
+        ("yaml-syntax-bad-start", r"found character (?P<character>.*) that cannot start any token"),
+        ("yaml-syntax-end-of-stream", r"found unexpected end of stream"),
+        ("yaml-syntax-block-end", r"expected <block end>, but found (?P<found>.*)"),
+        ("yaml-syntax-open-list", r"expected ',' or '\]', but got (?P<found>.*)"),
+        ("yaml-syntax-open-mapping", r"expected ',' or '\}', but got (?P<found>.*)"),
+        ("yaml-syntax-document-start", r"expected '<document start>', but found (?P<found>.*)"),
+        ("yaml-syntax-expected-found", r"expected (?P<expected>.*?), but found (?P<found>.*)"),
+        ("yaml-syntax-undefined-alias", r"found undefined alias (?P<alias>.*)"),
+        ("yaml-syntax-anchor-twice", r"second occurrence"),
+        ("yaml-syntax-unhashable-key", r"found unhashable key"),
+        ("yaml-syntax-unknown-escape", r"found unknown escape character (?P<character>.*)"),
+        ("yaml-syntax-unknown-tag", r"could not determine a constructor for the tag (?P<tag>.*)"),
+        ("yaml-syntax-second-document", r"but found another document"),
     )
+)
+# Without a position: the reader's refusal of a control character (a binary file).
+_SYNTAX_NOWHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("yaml-syntax-control-character", re.compile(r"unacceptable character (?P<character>.*): special characters are not allowed", re.DOTALL)),
+)
+
+
+def _syntax_error(what: str, line: int | None = None, column: int | None = None) -> Finding:
+    """The finding for PyYAML's problem `what` (at 1-based `line`, `column` when known)."""
+    at = {"line": line, "column": column} if line is not None else {}
+    for message, pattern in _SYNTAX_AT if at else _SYNTAX_NOWHERE:
+        match = pattern.fullmatch(what)
+        if match is not None:
+            return Finding.of(FILE_KEY, "yaml-syntax", message=message, **at, **match.groupdict())
+    if at:
+        return Finding.of(FILE_KEY, "yaml-syntax", error=what, **at)
+    return Finding.of(FILE_KEY, "yaml-syntax", message="yaml-syntax-no-position", error=what)
 
 
 def _flow_depth(text: str) -> int:
@@ -170,9 +185,9 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
     """The mapping a YAML text holds, or None and a finding saying why not."""
     size = len(text.encode("utf-8", errors="replace"))
     if size > max_bytes:
-        return None, [Finding(FILE_KEY, f"The file is {size:,} bytes; a training config is a few kB (limit {max_bytes:,}).", "Import the training YAML itself, not a dataset or a log.", rule="yaml-too-large")]
+        return None, [Finding.of(FILE_KEY, "yaml-too-large", size=f"{size:,}", limit=f"{max_bytes:,}")]
     if not text.strip():
-        return None, [Finding(FILE_KEY, "The file is empty.", "Paste or pick a LLaMA-Factory training YAML.", rule="yaml-empty")]
+        return None, [Finding.of(FILE_KEY, "yaml-empty")]
     if _flow_depth(text) > MAX_NESTING:
         return None, [_too_deep()]
     loader = None
@@ -183,30 +198,34 @@ def load_yaml_text(text: str, max_bytes: int = 256_000) -> tuple[dict[str, Any] 
         data = loader.get_single_data()
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
         what = getattr(error, "problem", None) or str(error).splitlines()[0]
-        return None, [Finding(FILE_KEY, f"This is not valid YAML{at}: {what}.", "Fix the syntax there (indent with spaces, `key: value` on each line).", rule="yaml-syntax")]
+        if where is None:
+            return None, [_syntax_error(what)]
+        return None, [_syntax_error(what, where.line + 1, where.column + 1)]
     except RecursionError:  # block nesting ("- - - - x", deep indentation) the scan cannot see
         return None, [_too_deep()]
-    except (ValueError, OverflowError, TypeError) as error:  # a constructor's own refusal of a value
+    except (ValueError, OverflowError, TypeError, KeyError) as error:  # a constructor's own refusal of a value (`!!bool maybe`: KeyError)
         what = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        return None, [Finding(FILE_KEY, f"This is not valid YAML: {what}.", "Fix the syntax there (indent with spaces, `key: value` on each line).", rule="yaml-syntax")]
+        return None, [_syntax_error(what)]
     finally:
         if loader is not None:
             loader.dispose()
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a single {type(data).__name__} value"
-        return None, [Finding(FILE_KEY, f"The file holds {kind}, not a mapping of keys to values.", "A training YAML has one `key: value` per line, e.g. `learning_rate: 1.0e-4`.", rule="yaml-not-mapping")]
+        if isinstance(data, list):
+            return None, [Finding.of(FILE_KEY, "yaml-not-mapping")]
+        if data is None:  # nothing but comments
+            return None, [Finding.of(FILE_KEY, "yaml-not-mapping", message="yaml-not-mapping-null")]
+        return None, [Finding.of(FILE_KEY, "yaml-not-mapping", message="yaml-not-mapping-value", type=type(data).__name__)]
     findings = [
-        Finding(key, f"`{key}` appears more than once; llamafactory-cli refuses the file.", f"Keep one `{key}` line.", rule="yaml-duplicate-key")
+        Finding.of(key, "yaml-duplicate-key")
         for key in dict.fromkeys(loader.duplicates)
     ]
     bad_keys = [k for k in data if not isinstance(k, str)]
     for key in bad_keys:
-        findings.append(Finding(shown(key), f"Key {shown(key)} is not a name.", "Keys are LLaMA-Factory argument names such as learning_rate.", rule="yaml-key-not-text", patch={}))
+        findings.append(Finding.of(shown(key), "yaml-key-not-text", patch={}))
     count, depth = _count_values(data, MAX_NESTED_VALUES)
     if count > MAX_NESTED_VALUES:
-        return None, [Finding(FILE_KEY, "The file expands to too many values (YAML anchors or deep nesting).", "A training YAML holds plain `key: value` lines; remove the anchors (&name / *name).", rule="yaml-too-many-values")]
+        return None, [Finding.of(FILE_KEY, "yaml-too-many-values")]
     if depth > MAX_NESTING:
         return None, [_too_deep()]
     return {k: v for k, v in data.items() if isinstance(k, str)}, findings
@@ -232,50 +251,40 @@ def _count_values(value: Any, budget: int) -> tuple[int, int]:
 
 
 def form_values_from_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The form fields a LLaMA-Factory mapping sets (values as given; parse_form judges them)."""
+    """The form fields a LLaMA-Factory mapping sets (values as given; parse_form judges
+    them); each field's codec in backend/schema.py says which keys it reads and how."""
     values: dict[str, Any] = {}
-    for form_field, key in FORM_TO_YAML.items():
-        if key not in args or form_field in ("precision", "gradient_checkpointing"):
+    for form_field in schema.run_fields():
+        if form_field.yaml is None:
             continue
-        value = args[key]
-        if form_field in ("dataset", "lora_target") and isinstance(value, list):
-            value = ",".join(map(str, value))
-        elif form_field == "quantization_bit":
-            value = "none" if value is None else str(value)
-        elif form_field == "max_steps" and isinstance(value, int) and not isinstance(value, bool) and value == -1:
-            value = 0  # LLaMA-Factory's -1 and the form's 0 both mean "train by epochs"
-        values[form_field] = value
-    # Without bf16/fp16 LLaMA-Factory trains in fp32: the form must say so too, not keep
-    # its own default.
-    values["precision"] = "bf16" if args.get("bf16") is True or args.get("pure_bf16") is True else "fp16" if args.get("fp16") is True else "fp32"
-    if "disable_gradient_checkpointing" in args:
-        values["gradient_checkpointing"] = args["disable_gradient_checkpointing"] is not True
+        value = form_field.yaml.read(args)
+        if value is not schema.ABSENT:
+            values[form_field.name] = value
     return values
 
 
 def to_yaml_key(form_field: str) -> str:
-    return FORM_TO_YAML.get(form_field, form_field)
+    return schema.form_to_yaml().get(form_field, form_field)
 
 
 def yaml_patch(form_patch: dict[str, Any]) -> dict[str, Any]:
     """A patch in form fields, rewritten in YAML keys."""
+    codecs = {f.name: f.yaml for f in schema.run_fields() if f.yaml is not None}
     patch: dict[str, Any] = {}
     for form_field, value in form_patch.items():
-        if form_field == "precision":
-            patch.update(bf16=True if value == "bf16" else None, fp16=True if value == "fp16" else None, pure_bf16=None)
-        elif form_field == "gradient_checkpointing":
-            patch["disable_gradient_checkpointing"] = None if value else True
-        elif form_field == "quantization_bit":
-            patch["quantization_bit"] = None if str(value) == "none" else int(value)
-        elif form_field == "max_steps" and value == 0:
-            patch["max_steps"] = None
+        if form_field in codecs:
+            patch.update(codecs[form_field].patch(value))
         else:
-            patch[to_yaml_key(form_field)] = value
+            patch[form_field] = value
     return patch
 
 
 def _in_yaml_terms(finding: Finding) -> Finding:
-    return replace(finding, key=to_yaml_key(finding.key), patch=yaml_patch(finding.patch))
+    key, patch = to_yaml_key(finding.key), yaml_patch(finding.patch)
+    if finding.params is None:  # a finding still built from English sentences
+        return replace(finding, key=key, patch=patch)
+    # Built afresh: its texts fill `{key}` with the YAML key, in every locale alike.
+    return Finding.of(key, finding.rule, message=finding.message, severity=finding.severity, patch=patch, **finding.params)
 
 
 # --- YAML rules -------------------------------------------------------------------------
@@ -288,11 +297,10 @@ def rule_disable_flash_attn(args: dict[str, Any], preset: HardwarePreset | None)
         return []
     wanted = args["disable_flash_attn"] is True
     return [
-        Finding(
+        Finding.of(
             "disable_flash_attn",
-            "`disable_flash_attn` is not a LLaMA-Factory key (it was renamed); the parser refuses the file.",
-            "Write `flash_attn: disabled`." if wanted else "Remove the line (`flash_attn: auto` is the default).",
-            rule="yaml-disable-flash-attn",
+            "yaml-disable-flash-attn",
+            message="" if wanted else "yaml-disable-flash-attn-remove",
             patch={"disable_flash_attn": None, "flash_attn": "disabled"} if wanted else {"disable_flash_attn": None},
         )
     ]
@@ -305,13 +313,7 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
     if any(key in args for key in PRECISION_KEYS):
         # The file says its precision with the real keys too; compute_type is only in the way.
         return [
-            Finding(
-                "compute_type",
-                "`compute_type` is a LlamaBoard form field, not a YAML key; the parser refuses the file.",
-                "Remove it (bf16 / fp16 already say the precision).",
-                rule="yaml-compute-type",
-                patch={"compute_type": None},
-            )
+            Finding.of("compute_type", "yaml-compute-type", patch={"compute_type": None})
         ]
     patches = {
         "bf16": {"compute_type": None, "bf16": True, "fp16": None},
@@ -319,13 +321,12 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
         "fp32": {"compute_type": None, "bf16": None, "fp16": None},
         "pure_bf16": {"compute_type": None, "pure_bf16": True, "bf16": True, "fp16": None},
     }
-    fix = {"bf16": "Write `bf16: true`.", "fp16": "Write `fp16: true`.", "fp32": "Remove it (no bf16/fp16 key means fp32).", "pure_bf16": "Write `pure_bf16: true` and `bf16: true`."}
+    messages = {"bf16": "yaml-compute-type-bf16", "fp16": "yaml-compute-type-fp16", "fp32": "yaml-compute-type-fp32", "pure_bf16": "yaml-compute-type-pure-bf16"}
     return [
-        Finding(
+        Finding.of(
             "compute_type",
-            "`compute_type` is a LlamaBoard form field, not a YAML key; the parser refuses the file.",
-            fix.get(value, "Remove it and set `bf16: true` (or `fp16: true`)."),
-            rule="yaml-compute-type",
+            "yaml-compute-type",
+            message=messages.get(value, "yaml-compute-type-other"),
             patch=patches.get(value, {"compute_type": None}),
         )
     ]
@@ -335,13 +336,7 @@ def rule_compute_device(args: dict[str, Any], preset: HardwarePreset | None) -> 
     if "compute_device" not in args:
         return []
     return [
-        Finding(
-            "compute_device",
-            "There is no `compute_device` key. On AMD GPUs nothing needs setting: ROCm builds of PyTorch use the `cuda` device name on their own.",
-            "Remove it (to train on the CPU instead, set `use_cpu: true`).",
-            rule="yaml-compute-device",
-            patch={"compute_device": None},
-        )
+        Finding.of("compute_device", "yaml-compute-device", patch={"compute_device": None})
     ]
 
 
@@ -351,13 +346,7 @@ def rule_ddp_backend(args: dict[str, Any], preset: HardwarePreset | None) -> lis
         return []
     target = DDP_BACKEND_ALIASES.get(str(value).lower())
     return [
-        Finding(
-            "ddp_backend",
-            f"ddp_backend {value!r} is not a backend. On ROCm, AMD's RCCL is used through the `nccl` backend.",
-            "Write `ddp_backend: nccl`, or remove it (the default picks nccl on GPUs).",
-            rule="yaml-ddp-backend",
-            patch={"ddp_backend": target or "nccl"},
-        )
+        Finding.of("ddp_backend", "yaml-ddp-backend", patch={"ddp_backend": target or "nccl"}, value=repr(value))
     ]
 
 
@@ -370,22 +359,26 @@ def rule_flash_attn_value(args: dict[str, Any], preset: HardwarePreset | None) -
     if isinstance(value, bool):
         meaning = "disabled" if value is False else "auto"
         return [
-            Finding(
+            Finding.of(
                 "flash_attn",
-                f"YAML reads `flash_attn: {'off/false/no' if value is False else 'on/true/yes'}` as the boolean {str(value).lower()}, which LLaMA-Factory does not accept.",
-                f"Write `flash_attn: {meaning}` (choices: {', '.join(FLASH_ATTN_CHOICES)}).",
-                rule="yaml-flash-attn-boolean",
+                "yaml-flash-attn-boolean",
                 patch={"flash_attn": meaning},
+                written="off/false/no" if value is False else "on/true/yes",
+                boolean=str(value).lower(),
+                value=meaning,
+                choices=", ".join(FLASH_ATTN_CHOICES),
             )
         ]
     target = FLASH_ATTN_ALIASES.get(str(value).lower())
     return [
-        Finding(
+        Finding.of(
             "flash_attn",
-            f"flash_attn {value!r} is not one of {', '.join(FLASH_ATTN_CHOICES)}.",
-            f"Write `flash_attn: {target}`." if target else f"Pick one of {', '.join(FLASH_ATTN_CHOICES)}.",
-            rule="yaml-flash-attn-choice",
+            "yaml-flash-attn-choice",
+            message="" if target else "yaml-flash-attn-choice-pick",
             patch={"flash_attn": target} if target else {},
+            value=repr(value),
+            choices=", ".join(FLASH_ATTN_CHOICES),
+            target=target or "",
         )
     ]
 
@@ -394,23 +387,11 @@ def rule_device_map(args: dict[str, Any], preset: HardwarePreset | None) -> list
     findings = []
     if "device_map" in args:
         findings.append(
-            Finding(
-                "device_map",
-                "`device_map` is not a training key: LLaMA-Factory places the model itself (one copy per GPU) and refuses the file.",
-                "Remove it. To spread a large model over GPUs, use DeepSpeed ZeRO-3 (`deepspeed: ...ds_z3_config.json`).",
-                rule="yaml-device-map",
-                patch={"device_map": None},
-            )
+            Finding.of("device_map", "yaml-device-map", patch={"device_map": None})
         )
     if args.get("quantization_device_map") is not None:
         findings.append(
-            Finding(
-                "quantization_device_map",
-                "A device map cannot be used when training a quantized model (LLaMA-Factory refuses it).",
-                "Remove quantization_device_map.",
-                rule="yaml-quantization-device-map",
-                patch={"quantization_device_map": None},
-            )
+            Finding.of("quantization_device_map", "yaml-quantization-device-map", patch={"quantization_device_map": None})
         )
     return findings
 
@@ -420,15 +401,10 @@ def rule_bf16_and_fp16(args: dict[str, Any], preset: HardwarePreset | None) -> l
         return []
     keep = "fp16" if preset is not None and not preset.bf16 else "bf16"
     drop = "bf16" if keep == "fp16" else "fp16"
-    return [
-        Finding(
-            "bf16",
-            "bf16 and fp16 are both true; training runs in one precision (transformers refuses both).",
-            f"Set only one of bf16 or fp16: keep `{keep}: true`" + (f" ({preset.display_name} " + ("has bf16)." if keep == "bf16" else "has no bf16).") if preset else "."),
-            rule="yaml-bf16-and-fp16",
-            patch={drop: None},
-        )
-    ]
+    if preset is None:
+        return [Finding.of("bf16", "yaml-bf16-and-fp16", patch={drop: None}, keep=keep)]
+    message = "yaml-bf16-and-fp16-has-bf16" if keep == "bf16" else "yaml-bf16-and-fp16-no-bf16"
+    return [Finding.of("bf16", "yaml-bf16-and-fp16", message=message, patch={drop: None}, keep=keep, preset=preset.display_name)]
 
 
 def rule_precision_unset(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
@@ -438,14 +414,7 @@ def rule_precision_unset(args: dict[str, Any], preset: HardwarePreset | None) ->
     if preset is not None and preset.use_cpu:
         return []
     return [
-        Finding(
-            "bf16",
-            "Neither bf16 nor fp16 is set: LLaMA-Factory trains in fp32, with twice the memory and far slower.",
-            f"Set `{best}: true`.",
-            severity="warning",
-            rule="yaml-precision-unset",
-            patch={best: True},
-        )
+        Finding.of("bf16", "yaml-precision-unset", severity="warning", patch={best: True}, precision=best)
     ]
 
 
@@ -454,11 +423,9 @@ def rule_finetuning_type(args: dict[str, Any], preset: HardwarePreset | None) ->
     if not isinstance(value, str) or value.lower() != "qlora":
         return []
     return [
-        Finding(
+        Finding.of(
             "finetuning_type",
-            "`finetuning_type: qlora` does not exist: QLoRA is LoRA on a quantized model.",
-            "Write `finetuning_type: lora` and `quantization_bit: 4`.",
-            rule="yaml-finetuning-qlora",
+            "yaml-finetuning-qlora",
             patch={"finetuning_type": "lora", "quantization_bit": args.get("quantization_bit") or 4},
         )
     ]
@@ -468,13 +435,7 @@ def rule_do_train(args: dict[str, Any], preset: HardwarePreset | None) -> list[F
     if args.get("do_train") is True:
         return []
     return [
-        Finding(
-            "do_train",
-            "do_train is not true: `llamafactory-cli train` would load everything and train nothing.",
-            "Set `do_train: true`.",
-            rule="yaml-do-train",
-            patch={"do_train": True},
-        )
+        Finding.of("do_train", "yaml-do-train", patch={"do_train": True})
     ]
 
 
@@ -483,13 +444,7 @@ def rule_stage(args: dict[str, Any], preset: HardwarePreset | None) -> list[Find
     if stage == "sft":
         return []
     return [
-        Finding(
-            "stage",
-            f"stage is {stage!r}; RocBoard's form runs supervised fine-tuning (sft) only.",
-            "Set `stage: sft`, or run this file with llamafactory-cli directly.",
-            severity="warning",
-            rule="yaml-stage-not-sft",
-        )
+        Finding.of("stage", "yaml-stage-not-sft", severity="warning", stage=repr(stage))
     ]
 
 
@@ -497,13 +452,7 @@ def rule_template_unset(args: dict[str, Any], preset: HardwarePreset | None) -> 
     if args.get("template"):
         return []
     return [
-        Finding(
-            "template",
-            "No template is set: LLaMA-Factory would format the examples without the model's chat markup.",
-            "Set the template of the model family, e.g. `template: llama3` or `template: qwen`.",
-            severity="warning",
-            rule="yaml-template-unset",
-        )
+        Finding.of("template", "yaml-template-unset", severity="warning")
     ]
 
 
@@ -522,38 +471,27 @@ def rule_unknown_keys(args: dict[str, Any], preset: HardwarePreset | None) -> li
     for key in unknown[:MAX_UNKNOWN_KEYS_LISTED]:
         value = args[key]
         guess = did_you_mean(key, known) if len(key) <= KEY_SHOWN_CHARS else None
+        name = _key_shown(key)
         if guess and guess not in args:
-            fix, patch = f"Did you mean `{guess}`? Rename it.", {key: None, guess: value}
+            finding = Finding.of(key, "yaml-unknown-key", patch={key: None, guess: value}, name=name, guess=guess)
         elif guess:
-            fix, patch = f"Remove it (did you mean `{guess}`? That is already set).", {key: None}
+            finding = Finding.of(key, "yaml-unknown-key", message="yaml-unknown-key-already-set", patch={key: None}, name=name, guess=guess)
         else:
-            fix, patch = "Remove it.", {key: None}
-        findings.append(Finding(key, f"`{_key_shown(key)}` is not a LLaMA-Factory key; its parser refuses the whole file.", fix, rule="yaml-unknown-key", patch=patch))
+            finding = Finding.of(key, "yaml-unknown-key", message="yaml-unknown-key-remove", patch={key: None}, name=name)
+        findings.append(finding)
     rest = unknown[MAX_UNKNOWN_KEYS_LISTED:]
     if rest:
         findings.append(
-            Finding(
-                FILE_KEY,
-                f"{len(rest)} more keys are not LLaMA-Factory keys either (the first {MAX_UNKNOWN_KEYS_LISTED} are listed one by one).",
-                "Remove them: a training YAML holds a few dozen keys.",
-                rule="yaml-unknown-keys-more",
-                patch={key: None for key in rest},
-            )
+            Finding.of(FILE_KEY, "yaml-unknown-keys-more", patch={key: None for key in rest}, count=len(rest), listed=MAX_UNKNOWN_KEYS_LISTED)
         )
     return findings
 
 
 def rule_not_in_form(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
     known = static_names().keys
-    in_form = set(FORM_TO_YAML.values()) | set(PRECISION_KEYS)
+    in_form = schema.yaml_keys_in_form()
     return [
-        Finding(
-            key,
-            f"The form has no field for `{_key_shown(key)}`: a run started from the form goes without it.",
-            "Run this file with llamafactory-cli (see Export) if you need it.",
-            severity="warning",
-            rule="yaml-not-in-form",
-        )
+        Finding.of(key, "yaml-not-in-form", severity="warning", name=_key_shown(key))
         for key in args
         if key in known and key not in in_form and key not in WRITTEN_BY_ROCBOARD
     ]
@@ -600,7 +538,7 @@ def import_yaml(
     form_values = form_values_from_args(args)
     preset_env = preset.env if preset is not None else ()
     use_cpu = preset.use_cpu if preset is not None else False
-    merged = {**FORM_DEFAULTS, **form_values, **({"preset": preset.id} if preset is not None else {})}
+    merged = {**schema.form_defaults(), **form_values, **({"preset": preset.id} if preset is not None else {})}
     config, form_findings = parse_form(merged, preset_env, use_cpu)
     # Values the form cannot hold are left out of form_values (their findings say why).
     for finding in form_findings:
@@ -614,21 +552,16 @@ def import_yaml(
     return ImportResult(form_values, findings, args)
 
 
-# Values LLaMA-Factory accepts that the form has no choice for.
-LLAMAFACTORY_ONLY_CHOICES: dict[str, frozenset[str]] = {"flash_attn": frozenset({"fa3"}), "finetuning_type": frozenset({"oft"})}
+# Values LLaMA-Factory accepts that the form has no choice for (backend/schema.py).
+def llamafactory_only_choices() -> dict[str, frozenset[Any]]:
+    return {f.name: frozenset(f.llamafactory_choices) for f in schema.run_fields() if f.llamafactory_choices}
 
 
 def _form_only_choice(finding: Finding, values: dict[str, Any]) -> Finding:
     """A value that is valid for LLaMA-Factory but not offered by the form is a warning."""
     value = values.get(finding.key)
-    if finding.rule == "bad-choice" and value in LLAMAFACTORY_ONLY_CHOICES.get(finding.key, ()):
-        return replace(
-            finding,
-            problem=f"The form has no choice {value!r} for {finding.key}: a run started from the form uses its default.",
-            fix="Run this file with llamafactory-cli (see Export) to keep it.",
-            severity="warning",
-            rule="yaml-not-in-form",
-        )
+    if finding.rule == "bad-choice" and value in llamafactory_only_choices().get(finding.key, ()):
+        return Finding.of(finding.key, "yaml-not-in-form", message="yaml-form-has-no-choice", severity="warning", value=repr(value), name=finding.key)
     return finding
 
 

@@ -20,7 +20,6 @@ import shutil
 import stat
 import subprocess
 import textwrap
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,10 +50,10 @@ from backend.distributed import (
     torchrun_dir,
     write_deepspeed_json,
 )
-from backend.launcher import Launcher
 from backend.logs import TRAINER_LOG, JsonlTail, parse_metric
 from backend.presets import load_presets
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
+from tests.harness import wait_for
 
 LF_LAUNCHER = Path(importlib.util.find_spec("llamafactory").origin).parent / "launcher.py"
 
@@ -368,16 +367,6 @@ def new_run(store: RunStore, name: str, args: dict) -> str:
     return state.id
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
-
-
 def points_of(run_dir: Path) -> list:
     path = run_dir / OUTPUT_DIR / TRAINER_LOG
     return [p for p in map(parse_metric, JsonlTail(path).poll()) if p is not None] if path.exists() else []
@@ -393,16 +382,6 @@ def workers_of(root: psutil.Process) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return workers
-
-
-@pytest.fixture
-def launcher(tmp_path):
-    store = RunStore(tmp_path / "runs")
-    launcher = Launcher(store)
-    yield launcher
-    for state in store.list():
-        if state.active:
-            launcher.stop(state.id)
 
 
 def isolated_env(tmp_path: Path, node: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ and templates to compare with the committed static list.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -329,3 +330,77 @@ def test_the_wrapper_reports_a_helper_that_cannot_run(monkeypatch: pytest.Monkey
     answer = check_many_with_llamafactory([{"a": 1}, {"b": 2}], timeout_s=60)
     assert [[f.rule for f in fs] for fs in answer.findings] == [["lf-unavailable"], ["lf-unavailable"]]
     assert answer.findings[0][0].severity == "warning"
+
+
+# --- every finding of the import speaks through a message id ---------------------------------
+
+# PyYAML's wordings the crafted inputs of tests/test_i18n.py leave out, with the message each gets.
+SYNTAX_CASES: list[tuple[str, str]] = [
+    ("a: &\n", "yaml-syntax-expected-found"),  # an anchor without a name
+    ("a: !!str [1]\n", "yaml-syntax-expected-found"),
+    ("%YAML 2.0\n---\na: 1\n", ""),  # no words of its own: the rule's message, with PyYAML's
+    ("a: !!int x\n", "yaml-syntax-no-position"),  # a constructor's refusal: no position
+    ("a: !!bool maybe\n", "yaml-syntax-no-position"),  # PyYAML raises KeyError here
+    ("stage: sft\n\x07\n", "yaml-syntax-control-character"),
+    ("a: [1, {b: 2]\n", "yaml-syntax-open-mapping"),
+    ("a: [b: c: d]\n", "yaml-syntax-open-list"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), SYNTAX_CASES)
+def test_each_yaml_syntax_error_gets_its_own_message(text: str, message: str) -> None:
+    args, findings = load_yaml_text(text)
+    assert args is None and [(f.rule, f.message) for f in findings] == [("yaml-syntax", message)]
+    assert findings[0].key == "file" and findings[0].problem.startswith("This is not valid YAML")
+
+
+def _corpus_findings() -> list[Finding]:
+    """The findings of every YAML the tests import: the fixtures, the crafted bad inputs of
+    tests/test_i18n.py, the syntax errors above, and the valid config with each case's keys."""
+    from tests.test_i18n import _yaml_findings
+
+    findings = _yaml_findings()
+    for text, _ in SYNTAX_CASES:
+        findings += import_yaml(text, PRESETS["rx7900xtx"]).findings
+    findings += import_yaml("do_train: true\nbf16: true\nfp16: true\n" + "k" * 100 + ": 1\n", PRESETS["cpu-demo"]).findings
+    return findings
+
+
+def test_no_finding_of_the_import_is_built_from_english_sentences() -> None:
+    from backend.i18n import CATALOGUE, LOCALES, placeholders
+
+    findings = _corpus_findings()
+    assert len(findings) > 100
+    legacy = sorted({f"{f.rule}: {f.problem}" for f in findings if f.params is None})
+    assert legacy == []
+    for finding in findings:
+        message_id = finding.message or finding.rule
+        for part in ("problem", "fix"):
+            needed = {name.split(":")[0] for name in placeholders(CATALOGUE["en"][f"check.{message_id}.{part}"])} - {"key"}
+            assert needed <= set(finding.params), (message_id, part, needed - set(finding.params))
+            for locale in LOCALES:
+                assert f"check.{message_id}.{part}" in CATALOGUE[locale], (locale, message_id)
+        # The English a finding carries is its catalogue text, rendered.
+        assert finding.text("en") == (finding.problem, finding.fix)
+
+
+def test_every_message_of_the_import_is_used() -> None:
+    from backend.i18n import CATALOGUE
+
+    used = {f.message or f.rule for f in _corpus_findings()}
+    # The import's own message ids: those its module names (rule= or message=).
+    source = (Path(__file__).resolve().parent.parent / "backend" / "yaml_import.py").read_text(encoding="utf-8")
+    named = set(re.findall(r'"(yaml-[a-z0-9-]+)"', source))
+    ids = {key.split(".")[1] for key in CATALOGUE["en"] if key.startswith("check.yaml-")}
+    assert named <= ids
+    assert sorted(ids - used) == []
+
+
+def test_a_long_unknown_key_is_shown_cut_in_every_language() -> None:
+    key = "k" * 100
+    findings = import_yaml(f"do_train: true\n{key}: 1\n", PRESETS["rx7900xtx"]).findings
+    (finding,) = [f for f in findings if f.rule == "yaml-unknown-key"]
+    assert finding.key == key and finding.patch == {key: None}
+    for text in (finding.problem, *finding.text("zh-CN")):
+        assert key not in text
+    assert f"`{'k' * 64}…`" in finding.problem and f"`{'k' * 64}…`" in finding.text("zh-CN")[0]

@@ -8,21 +8,75 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from backend.charts import loss_figure, memory_figure
-from backend.config import FINETUNING_TYPES, FLASH_ATTN_CHOICES, FORM_FIELDS, PRECISIONS
-from backend.distributed import PLAN_FORM_DEFAULTS, STRATEGY_LABELS
-from backend.i18n import translate
-from backend.runs import RunNotFound
-from backend.service import RocBoard, demo_form
+from backend import schema
+from backend.service import RocBoard, RunView, demo_form
 from ui.widgets import Texts, plot
 
 TICK_S = 1.0
-DIST_FIELDS = tuple(PLAN_FORM_DEFAULTS)
-ALL_FIELDS = FORM_FIELDS + DIST_FIELDS
+DIST_FIELDS = tuple(f.name for f in schema.plan_fields())
+ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 
-# Element ids that tests and automation rely on (kebab-case of the form field names).
-FIELD_IDS = {name: name.replace("_", "-") for name in ALL_FIELDS}
-FIELD_IDS.update(model_path="model-path", num_train_epochs="epochs")
+# Element ids that tests and automation rely on (backend/schema.py: kebab-case of the names).
+FIELD_IDS = schema.element_ids()
+# The accordions the schema's sections go into, and whether each starts open.
+SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False}
+WIDGETS: dict[str, tuple[type, dict[str, Any]]] = {
+    "textbox": (gr.Textbox, {}),
+    "lines": (gr.Textbox, {"lines": 3}),
+    "number": (gr.Number, {}),
+    "integer": (gr.Number, {"precision": 0}),
+    "dropdown": (gr.Dropdown, {}),
+    "radio": (gr.Radio, {}),
+    "checkbox": (gr.Checkbox, {}),
+}
+
+
+def build_form_fields(
+    texts: Texts,
+    defaults: dict[str, Any],
+    choices: dict[str, list[Any]] | None = None,
+    after: dict[str, Any] | None = None,
+    form_fields: tuple[schema.Field, ...] | None = None,
+) -> dict[str, Any]:
+    """A widget per schema field, grouped by section (an accordion) and row, in the schema's
+    order. `choices` gives choices the page knows better (the presets); `after[name]()` runs
+    right after that field's widget (the preset notes)."""
+    widgets: dict[str, Any] = {}
+    form_fields = schema.page_fields() if form_fields is None else form_fields
+    sections = list(dict.fromkeys(f.section for f in form_fields))
+
+    def build(form_field: schema.Field) -> None:
+        widget_class, options = WIDGETS[form_field.widget]
+        kwargs = dict(options)
+        if form_field.widget in ("dropdown", "radio"):
+            kwargs["choices"] = (choices or {}).get(form_field.name) or list(form_field.choice_labels or form_field.choices)
+        widget = widget_class(value=defaults.get(form_field.name, form_field.default), elem_id=form_field.elem_id, label=texts(form_field.label_id), **kwargs)
+        widgets[form_field.name] = texts.label(widget, form_field.label_id)
+        if after and form_field.name in after:
+            after[form_field.name]()
+
+    def build_section(members: list[schema.Field]) -> None:
+        index = 0
+        while index < len(members):
+            row = [members[index]]
+            while members[index].row and index + len(row) < len(members) and members[index + len(row)].row == members[index].row:
+                row.append(members[index + len(row)])
+            if len(row) > 1:
+                with gr.Row():
+                    for member in row:
+                        build(member)
+            else:
+                build(row[0])
+            index += len(row)
+
+    for section in sections:
+        members = [f for f in form_fields if f.section == section]
+        if not section:
+            build_section(members)
+            continue
+        with texts.label(gr.Accordion(texts(f"accordion.{section}"), open=SECTIONS_OPEN.get(section, False)), f"accordion.{section}"):
+            build_section(members)
+    return widgets
 
 
 @dataclass
@@ -30,71 +84,25 @@ class TrainTab:
     fields: dict[str, Any]
     watched_run: Any
     shown_version: Any
-    run_outputs: list[Any]
+    run_outputs: list[Any]  # the run panel's components, in the order `show` and `render` update them
     timer: Any
-    render: Any  # (run_id, last_version, locale, stop_on_nan) -> updates for run_outputs
+    show: Any  # (RunView) -> updates for run_outputs
+    render: Any  # (run_id, shown_version, locale) -> updates for run_outputs
     preset_notes: Any
+    stop_on_nan: Any
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
-    defaults = {**demo_form(), **PLAN_FORM_DEFAULTS}
-    fields: dict[str, Any] = {}
-
-    def field(name: str, widget_class: type, **kwargs: Any) -> Any:
-        widget = widget_class(value=defaults[name], elem_id=FIELD_IDS[name], **kwargs)
-        fields[name] = texts.label(widget, f"label.{name}")
-        return widget
+    defaults = {**demo_form(), **schema.plan_form_defaults()}
+    shown: dict[str, Any] = {}
 
     watched_run = gr.State(None)  # the run this tab shows
     shown_version = gr.State(None)  # what the tab last drew: nothing is sent when unchanged
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
-            field("preset", gr.Dropdown, choices=board.preset_choices(), label=texts("label.preset"))
-            preset_notes = gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes")
-            field("model_path", gr.Textbox, label=texts("label.model_path"))
-            field("template", gr.Textbox, label=texts("label.template"))
-            with gr.Row():
-                field("dataset_dir", gr.Textbox, label=texts("label.dataset_dir"))
-                field("dataset", gr.Textbox, label=texts("label.dataset"))
-            with texts.label(gr.Accordion(texts("accordion.method"), open=False), "accordion.method"):
-                field("finetuning_type", gr.Radio, choices=list(FINETUNING_TYPES), label=texts("label.finetuning_type"))
-                with gr.Row():
-                    field("lora_rank", gr.Number, precision=0, label=texts("label.lora_rank"))
-                    field("lora_alpha", gr.Number, precision=0, label=texts("label.lora_alpha"))
-                    field("lora_dropout", gr.Number, label=texts("label.lora_dropout"))
-                field("lora_target", gr.Textbox, label=texts("label.lora_target"))
-                field("quantization_bit", gr.Dropdown, choices=["none", "8", "4"], label=texts("label.quantization_bit"))
-            with texts.label(gr.Accordion(texts("accordion.training"), open=True), "accordion.training"):
-                with gr.Row():
-                    field("learning_rate", gr.Textbox, label=texts("label.learning_rate"))
-                    field("max_steps", gr.Number, precision=0, label=texts("label.max_steps"))
-                    field("num_train_epochs", gr.Number, label=texts("label.num_train_epochs"))
-                with gr.Row():
-                    field("batch_size", gr.Number, precision=0, label=texts("label.batch_size"))
-                    field("grad_accum", gr.Number, precision=0, label=texts("label.grad_accum"))
-                    field("cutoff_len", gr.Number, precision=0, label=texts("label.cutoff_len"))
-                with gr.Row():
-                    field("precision", gr.Radio, choices=list(PRECISIONS), label=texts("label.precision"))
-                    field("flash_attn", gr.Dropdown, choices=list(FLASH_ATTN_CHOICES), label=texts("label.flash_attn"))
-                    field("gradient_checkpointing", gr.Checkbox, label=texts("label.gradient_checkpointing"))
-                with gr.Row():
-                    field("logging_steps", gr.Number, precision=0, label=texts("label.logging_steps"))
-                    field("save_steps", gr.Number, precision=0, label=texts("label.save_steps"))
-                    field("run_name", gr.Textbox, label=texts("label.run_name"))
-            with texts.label(gr.Accordion(texts("accordion.multi_gpu"), open=False), "accordion.multi_gpu"):
-                with gr.Row():
-                    field("dist_nproc", gr.Number, precision=0, label=texts("label.dist_nproc"))
-                    field("dist_gpus", gr.Textbox, label=texts("label.dist_gpus"))
-                    field("dist_strategy", gr.Dropdown, choices=[(text, key) for key, text in STRATEGY_LABELS.items()], label=texts("label.dist_strategy"))
-                with gr.Row():
-                    field("dist_offload", gr.Checkbox, label=texts("label.dist_offload"))
-                    field("dist_ddp_timeout_s", gr.Number, precision=0, label=texts("label.dist_ddp_timeout_s"))
-                field("dist_rccl_env", gr.Textbox, lines=3, label=texts("label.dist_rccl_env"))
-                with gr.Row():
-                    field("dist_nnodes", gr.Number, precision=0, label=texts("label.dist_nnodes"))
-                    field("dist_node_rank", gr.Number, precision=0, label=texts("label.dist_node_rank"))
-                    field("dist_master_addr", gr.Textbox, label=texts("label.dist_master_addr"))
-                    field("dist_master_port", gr.Number, precision=0, label=texts("label.dist_master_port"))
+            notes = lambda: shown.setdefault("notes", gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes"))  # noqa: E731
+            fields = build_form_fields(texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes})
+            preset_notes = shown["notes"]
             estimate_box = gr.Markdown("", elem_id="estimate")
             findings_box = gr.Markdown("", elem_id="findings")
             doctor_box = gr.Markdown(board.doctor_blockers_markdown(defaults["preset"]), elem_id="doctor-blockers")
@@ -125,7 +133,41 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     timer = gr.Timer(TICK_S, active=False)
 
     form_inputs = [fields[name] for name in ALL_FIELDS]
-    run_outputs = [status, alert, progress, loss_chart, memory_chart, gpu_table, download, log_tail, shown_version, timer]
+    # The run panel: each member of a RunView and the component that shows it, by name.
+    panel = {
+        "status": status,
+        "alert": alert,
+        "progress": progress,
+        "loss_figure": loss_chart,
+        "memory_figure": memory_chart,
+        "gpu_table": gpu_table,
+        "download": download,
+        "log_tail": log_tail,
+        "stop_on_nan": stop_on_nan,
+        "version": shown_version,
+        "timer": timer,
+    }
+    run_outputs = list(panel.values())
+
+    def show(run: RunView) -> list[Any]:
+        """The panel's updates for `run`, component by component; gr.skip() for what the tab
+        already shows."""
+        ticking = gr.skip() if run.unchanged and run.active else gr.Timer(active=run.active)
+        updates: dict[str, Any] = {"timer": ticking}
+        if not run.unchanged:
+            updates.update(
+                status=run.status,
+                alert=run.alert,
+                progress=run.progress,
+                loss_figure=plot(run.loss_figure),
+                memory_figure=plot(run.memory_figure),
+                gpu_table=run.gpu_table,
+                download=gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
+                log_tail=run.log_tail,
+                stop_on_nan=gr.skip() if run.stop_on_nan is None else run.stop_on_nan,
+                version=run.version,
+            )
+        return [updates.get(name, gr.skip()) for name in panel]
 
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
         return dict(zip(ALL_FIELDS, values))
@@ -137,7 +179,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     def on_preset(preset_id: str, locale: str):
         values = board.form_for_preset(preset_id)
         updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
-        return [*updates, view.preset_notes_markdown(board.preset(preset_id), locale), board.doctor_blockers_markdown(preset_id)]
+        return [*updates, view.preset_notes_markdown(board.preset(preset_id), locale), board.doctor_blockers_markdown(preset_id, locale)]
 
     # .input, not .change: filling the form must not re-fire when the value is set by code.
     fields["preset"].input(on_preset, [fields["preset"], locale_state], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
@@ -153,54 +195,21 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     estimate_button.click(on_estimate, [locale_state, *form_inputs], estimate_box)
 
-    def render(run_id: str | None, last_version, locale: str = "en", stop_on_nan: bool = False):
-        """Everything the run panel shows; gr.skip() where nothing changed."""
-        if run_id is None:
-            return [gr.skip()] * len(run_outputs)
-        try:
-            snapshot = board.snapshot(run_id)
-        except RunNotFound:
-            gone = view.run_gone_markdown(run_id, locale)
-            return [gone, "", view.progress_html(None, locale), None, None, "", gr.update(value=None, interactive=False), "", None, gr.Timer(active=False)]
-        alert_text = view.alert_markdown(snapshot, locale)
-        if alert_text and stop_on_nan and snapshot.run.active:
-            snapshot = board.stop_for_alert(run_id)
-        timer_update = gr.skip() if snapshot.run.active else gr.Timer(active=False)
-        version = (snapshot.version, locale)
-        if version == last_version:
-            return [gr.skip()] * (len(run_outputs) - 1) + [timer_update]
-        cause = fix = ""
-        if snapshot.run.state == "failed":
-            cause, fix = board.failure_cause(run_id, locale)
-        download_update = gr.update(value=None, interactive=False)
-        if snapshot.has_adapter and not snapshot.run.active:
-            download_update = gr.update(value=str(board.adapter_download(run_id)), interactive=True)
-        return [
-            view.status_markdown(snapshot, cause, fix, locale),
-            view.alert_markdown(snapshot, locale),
-            view.progress_html(snapshot, locale),
-            plot(loss_figure(snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale))),
-            plot(memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale))),
-            view.gpu_table_markdown(snapshot, locale),
-            download_update,
-            snapshot.log_tail,
-            version,
-            timer_update,
-        ]
+    def render(run_id: str | None, shown_version=None, locale: str = "en") -> list[Any]:
+        """Everything the run panel shows of `run_id`; gr.skip() where nothing changed."""
+        return show(board.run_view(run_id, locale, shown_version))
 
-    def on_start(locale, *values):
-        result = board.start(form_of(values))
+    def on_start(locale, stop_on_nan_value, *values):
+        result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value))
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
             return [gr.skip(), findings_text, *field_updates(result.findings, locale), *[gr.skip()] * len(run_outputs)]
         run_id = result.run.id
-        outputs = render(run_id, None, locale)
-        outputs[-1] = gr.Timer(active=True)
-        return [run_id, findings_text, *field_updates(result.findings, locale), *outputs]
+        return [run_id, findings_text, *field_updates(result.findings, locale), *render(run_id, None, locale)]
 
     start_button.click(
         on_start,
-        [locale_state, *form_inputs],
+        [locale_state, stop_on_nan, *form_inputs],
         [watched_run, findings_box, *form_inputs, *run_outputs],
         concurrency_limit=1,
         concurrency_id="start",
@@ -211,9 +220,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         if result is None or not result.started:
             findings = result.findings if result else []
             return [gr.skip(), view.findings_markdown(findings, locale), *[gr.skip()] * len(run_outputs)]
-        outputs = render(result.run.id, None, locale)
-        outputs[-1] = gr.Timer(active=True)
-        return [result.run.id, "", *outputs]
+        return [result.run.id, "", *render(result.run.id, None, locale)]
 
     resume_button.click(on_resume, [watched_run, locale_state], [watched_run, findings_box, *run_outputs], concurrency_limit=1, concurrency_id="start")
 
@@ -224,5 +231,13 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         return render(run_id, None, locale)
 
     stop_button.click(on_stop, [watched_run, locale_state], run_outputs, concurrency_limit=1, concurrency_id="stop")
-    timer.tick(render, [watched_run, shown_version, locale_state, stop_on_nan], run_outputs, show_progress="hidden", queue=False)
-    return TrainTab(fields, watched_run, shown_version, run_outputs, timer, render, preset_notes)
+    def on_stop_on_nan(run_id, on: bool):
+        """The watched run's own setting follows the box while it trains (the backend acts
+        on it); otherwise the box is the setting the next Start saves with its run."""
+        if run_id is not None:
+            board.set_stop_on_nan(run_id, bool(on))
+
+    # .input, not .change: the panel sets the box to the watched run's setting by code.
+    stop_on_nan.input(on_stop_on_nan, [watched_run, stop_on_nan], None, show_progress="hidden")
+    timer.tick(render, [watched_run, shown_version, locale_state], run_outputs, show_progress="hidden", queue=False)
+    return TrainTab(fields, watched_run, shown_version, run_outputs, timer, show, render, preset_notes, stop_on_nan)

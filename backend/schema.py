@@ -1,0 +1,385 @@
+"""The run form, declared once: every field's name, LLaMA-Factory key, default, choices,
+range, widget and message ids, in one table.
+
+Everything else derives from this table, at call time (so a test that adds a field to
+RUN_FIELDS sees it everywhere): the defaults (`form_defaults`), form -> config and back
+(backend/config.py `parse_form`, `to_form`), config -> YAML (`to_llamafactory_args`),
+YAML -> form (backend/yaml_import.py), the ranges (`number_ranges`), the page's field list
+and element ids (`page_fields`, `element_ids`; ui/train_tab.py builds its widgets from them),
+and the multi-GPU plan's fields (PLAN_FIELDS, the typed `DistributedPlan` of
+backend/distributed.py). Adding a field is one `Field(...)` line here plus its `label.<name>`
+and `field.<name>` lines in each catalogue (backend/i18n/locales/*.yaml); a field without a
+typed slot in RunConfig (`path=""`) lives in `RunConfig.extra` until a rule needs it typed.
+
+Why frozen dataclasses and not a pydantic model: every value a user types must become a
+*finding* (key, problem, fix, patch, words in any language) and fall back to its default,
+every field at once, so the page can show all problems side by side and nothing downstream
+ever sees an absurd value. Pydantic answers with one ValidationError whose messages are its
+own English; mapping those back to our rules, ranges and message ids would cost more than
+the plain parser of config.py, and a pydantic model cannot be extended by a test with one
+line the way a tuple of records can. The table is data; config.py is its one reader.
+
+This module imports nothing of RocBoard's: config.py, distributed.py, yaml_import.py and
+the page all import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping
+
+# How config.py parses a field's raw value (and which finding a bad one gets).
+Kind = Literal["text", "int", "float", "choice", "flag", "datasets", "quantization", "gpus", "env_lines"]
+# What the page builds for it (ui/train_tab.py maps each hint to a Gradio widget).
+Widget = Literal["textbox", "lines", "number", "integer", "dropdown", "radio", "checkbox"]
+
+TEXT_MAX_DEFAULT = 256  # characters of a text field without its own limit
+DATASETS_MAX = 64  # datasets mixed in one run
+
+
+@dataclass(frozen=True)
+class NumberRange:
+    """What a number may be. The bounds are generous for real use and refuse what can only
+    be a typo or an attack: a value outside gets a finding naming the field, the range and a
+    fix, and falls back to its default."""
+
+    low: float
+    high: float
+    example: Any  # the value the fix suggests (and its patch sets)
+    rule: str  # the finding's rule name; `rule_low` when the value is below `low`, if set
+    low_open: bool = False  # the range excludes `low` (a learning rate of 0 trains nothing)
+    high_open: bool = False  # the range excludes `high` (a dropout of 1 drops everything)
+    rule_low: str = ""
+
+    def contains(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def text(self) -> str:
+        """The range in interval notation, the same in every language: "[1, 1024]", "(0, 1]"."""
+        return f"{'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+# --- how a field meets LLaMA-Factory's YAML --------------------------------------------------
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()  # what a codec's `read` returns when the YAML does not set the field
+
+
+@dataclass(frozen=True)
+class YamlCodec:
+    """How a field's typed value becomes LLaMA-Factory keys, and how a YAML sets it back.
+
+    `write(value, values)` gets the field's typed value and every field's typed value by
+    name (a LoRA key is written only for LoRA); `read(args)` gives the form value the YAML
+    mapping sets, or ABSENT; `patch(value)` rewrites a fix in form terms into YAML keys
+    (None removes a key). `keys[0]` is the key a finding about the field is shown under."""
+
+    keys: tuple[str, ...]
+    write: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+    read: Callable[[Mapping[str, Any]], Any]
+    patch: Callable[[Any], dict[str, Any]]
+
+
+def plain(key: str, *, lists_joined: bool = False, only_for_lora: bool = False, written: bool = True) -> YamlCodec:
+    """The value under one key, as is. `lists_joined`: a YAML list (`dataset: [a, b]`) is read
+    as "a,b", and the typed tuple is written so; `only_for_lora`: written only when the method is LoRA; `written`: False for a
+    key the form imports but RocBoard does not write (run_name: output_dir says it)."""
+
+    def write(value: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+        if not written or (only_for_lora and values.get("finetuning_type") != "lora"):
+            return {}
+        return {key: ",".join(value) if lists_joined and isinstance(value, (list, tuple)) else value}
+
+    def read(args: Mapping[str, Any]) -> Any:
+        value = args.get(key, ABSENT)
+        return ",".join(map(str, value)) if lists_joined and isinstance(value, list) else value
+
+    return YamlCodec((key,), write, read, lambda value: {key: value})
+
+
+def _read_quantization(args: Mapping[str, Any]) -> Any:
+    if "quantization_bit" not in args:
+        return ABSENT
+    return "none" if args["quantization_bit"] is None else str(args["quantization_bit"])
+
+
+QUANTIZATION = YamlCodec(
+    ("quantization_bit",),
+    # QLoRA: LLaMA-Factory quantizes with bitsandbytes ("bnb") unless told otherwise.
+    lambda value, _: {} if value is None else {"quantization_bit": value, "quantization_method": "bnb"},
+    _read_quantization,
+    lambda value: {"quantization_bit": None if str(value) == "none" else int(value)},
+)
+
+
+def _read_max_steps(args: Mapping[str, Any]) -> Any:
+    value = args.get("max_steps", ABSENT)
+    # LLaMA-Factory's -1 and the form's 0 both mean "train by epochs".
+    return 0 if isinstance(value, int) and not isinstance(value, bool) and value == -1 else value
+
+
+MAX_STEPS = YamlCodec(
+    ("max_steps",),
+    lambda value, _: {"max_steps": value} if value > 0 else {},
+    _read_max_steps,
+    lambda value: {"max_steps": None if value == 0 else value},
+)
+
+# LLaMA-Factory turns gradient checkpointing on unless told not to.
+GRADIENT_CHECKPOINTING = YamlCodec(
+    ("disable_gradient_checkpointing",),
+    lambda value, _: {} if value else {"disable_gradient_checkpointing": True},
+    lambda args: args["disable_gradient_checkpointing"] is not True if "disable_gradient_checkpointing" in args else ABSENT,
+    lambda value: {"disable_gradient_checkpointing": None if value else True},
+)
+
+PRECISION_KEYS = ("bf16", "fp16", "pure_bf16")
+# Without bf16/fp16 LLaMA-Factory trains in fp32: an imported file always sets the form's
+# precision, never leaves its default.
+PRECISION = YamlCodec(
+    PRECISION_KEYS,
+    lambda value, _: {"bf16": value == "bf16", "fp16": value == "fp16"},
+    lambda args: "bf16" if args.get("bf16") is True or args.get("pure_bf16") is True else "fp16" if args.get("fp16") is True else "fp32",
+    lambda value: {"bf16": True if value == "bf16" else None, "fp16": True if value == "fp16" else None, "pure_bf16": None},
+)
+
+
+# --- a field ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the run form (or of its multi-GPU plan)."""
+
+    name: str  # the form's name: the key of form values, findings and form.json
+    kind: Kind
+    default: Any  # the form value before anyone touches it
+    yaml_key: str | None = None  # the LLaMA-Factory key; None: not in the YAML
+    codec: YamlCodec | None = None  # how it meets the YAML when not `plain(yaml_key)`
+    path: str = ""  # where the typed value lives: "training.learning_rate"; "" = RunConfig.extra
+    choices: tuple[Any, ...] = ()  # what the form offers (kind "choice", a dropdown's values)
+    choice_labels: tuple[tuple[str, Any], ...] = ()  # (words, value) a dropdown shows instead
+    llamafactory_choices: tuple[Any, ...] = ()  # what LLaMA-Factory also accepts, the form does not offer
+    range: NumberRange | None = None  # a number's bounds (a GPU list's: each index)
+    max_chars: int = TEXT_MAX_DEFAULT  # a text's length limit
+    widget: Widget = "textbox"
+    section: str = ""  # the page's accordion ("" = above them all)
+    row: str = ""  # fields with the same tag, one after the other, share a row on the page
+    element_id: str = ""  # the page's element id; "" = the name in kebab-case
+    help_id: str = ""  # a message id shown under the widget, if any
+    blank_is_default: bool = False  # an emptied text means the default, not ""
+
+    @property
+    def label_id(self) -> str:
+        """The message id of the page's label."""
+        return f"label.{self.name}"
+
+    @property
+    def noun_id(self) -> str:
+        """The message id of the field's name inside messages ("Batch size")."""
+        return f"field.{self.name}"
+
+    @property
+    def elem_id(self) -> str:
+        return self.element_id or self.name.replace("_", "-")
+
+    @property
+    def yaml(self) -> YamlCodec | None:
+        if self.codec is not None:
+            return self.codec
+        return plain(self.yaml_key) if self.yaml_key else None
+
+    @property
+    def all_choices(self) -> tuple[Any, ...]:
+        """Every value LLaMA-Factory accepts: the form's own first."""
+        return self.choices + self.llamafactory_choices
+
+
+# --- the run form ----------------------------------------------------------------------------
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp32")
+FINETUNING_TYPES: tuple[str, ...] = ("lora", "freeze", "full")
+QUANTIZATION_BITS: tuple[int | None, ...] = (None, 8, 4)
+# LLaMA-Factory's choices, in its own order; "fa3" needs a kernel ROCm builds lack, so the
+# form does not offer it (an imported `flash_attn: fa3` is a warning, not an error).
+FLASH_ATTN_CHOICES: tuple[str, ...] = ("auto", "disabled", "sdpa", "fa2")
+FLASH_ATTN_LLAMAFACTORY_ONLY: tuple[str, ...] = ("fa3",)
+
+_BIG = 1_000_000_000
+
+# In page order, which is also the YAML's order.
+RUN_FIELDS: tuple[Field, ...] = (
+    Field("preset", "text", "cpu-demo", path="hardware.preset", max_chars=64, widget="dropdown"),
+    Field("model_path", "text", "", "model_name_or_path", path="model.model_name_or_path", max_chars=4096),  # PATH_MAX
+    Field("template", "text", "llama3", "template", path="model.template", max_chars=64),
+    Field("dataset_dir", "text", "", "dataset_dir", path="data.dataset_dir", max_chars=4096, row="data"),
+    Field("dataset", "datasets", "", "dataset", codec=plain("dataset", lists_joined=True), path="data.datasets", max_chars=4096, row="data"),
+    Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method"),
+    # beyond 1024 a LoRA is no longer low-rank
+    Field("lora_rank", "int", 8, "lora_rank", codec=plain("lora_rank", only_for_lora=True), path="method.lora_rank", range=NumberRange(1, 1024, 8, rule="lora-rank-range"), widget="integer", section="method", row="lora"),
+    Field("lora_alpha", "int", 16, "lora_alpha", codec=plain("lora_alpha", only_for_lora=True), path="method.lora_alpha", range=NumberRange(1, 100_000, 16, rule="lora-alpha-range"), widget="integer", section="method", row="lora"),
+    Field("lora_dropout", "float", 0.0, "lora_dropout", codec=plain("lora_dropout", only_for_lora=True), path="method.lora_dropout", range=NumberRange(0, 1, 0.0, rule="lora-dropout-range", high_open=True), widget="number", section="method", row="lora"),
+    # Emptied, it means "all" (LLaMA-Factory's own default): an empty target trains nothing.
+    Field("lora_target", "text", "all", "lora_target", codec=plain("lora_target", lists_joined=True, only_for_lora=True), path="method.lora_target", max_chars=1024, section="method", blank_is_default=True),
+    Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method"),
+    # A textbox, so "5e-5" can be typed. Above 1 no fine-tuning recipe trains: a typo for 1e-4 is likelier.
+    Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate", range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length"),
+    Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length"),  # 0 = train by epochs
+    Field("num_train_epochs", "float", 3.0, "num_train_epochs", path="training.num_train_epochs", range=NumberRange(0, 1000, 3.0, rule="epochs-range"), widget="number", section="training", row="length", element_id="epochs"),
+    # per device: no accelerator holds more activations
+    Field("batch_size", "int", 1, "per_device_train_batch_size", path="training.per_device_train_batch_size", range=NumberRange(1, 1024, 1, rule="batch-size-range"), widget="integer", section="training", row="batch"),
+    Field("grad_accum", "int", 8, "gradient_accumulation_steps", path="training.gradient_accumulation_steps", range=NumberRange(1, 100_000, 8, rule="grad-accum-range"), widget="integer", section="training", row="batch"),
+    # 1M tokens: the longest contexts models have
+    Field("cutoff_len", "int", 1024, "cutoff_len", path="data.cutoff_len", range=NumberRange(1, 1_048_576, 1024, rule="cutoff-range"), widget="integer", section="training", row="batch"),
+    Field("precision", "choice", "bf16", "bf16", codec=PRECISION, path="precision.precision", choices=PRECISIONS, widget="radio", section="training", row="precision"),
+    Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="precision"),
+    Field("gradient_checkpointing", "flag", True, "disable_gradient_checkpointing", codec=GRADIENT_CHECKPOINTING, path="training.gradient_checkpointing", widget="checkbox", section="training", row="precision"),
+    Field("logging_steps", "int", 10, "logging_steps", path="training.logging_steps", range=NumberRange(1, _BIG, 10, rule="logging-steps-range"), widget="integer", section="training", row="steps"),
+    Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
+    # the run-name rule asks for 64; a longer one still gets that rule's fix
+    Field("run_name", "text", "", "run_name", codec=plain("run_name", written=False), path="run_name", section="training", row="steps"),
+)
+
+
+# --- the multi-GPU plan: a typed sub-model (backend/distributed.py DistributedPlan) -------------
+
+DEFAULT_MASTER_PORT = 29500  # torchrun's own default; used where no free port can be probed
+# Long enough for rank 0 to tokenize a large dataset while the other ranks wait at a barrier
+# (LLaMA-Factory prepares data on the main process first); short enough that a dead peer
+# fails the job within the hour instead of holding every GPU forever. Transformers' default
+# is 1800 s; LLaMA-Board uses 180000000 s (never).
+DEFAULT_DDP_TIMEOUT_S = 3600
+# RCCL reads NCCL_* variables (it is a port of NCCL and keeps its names). PyTorch's
+# process group reads TORCH_NCCL_* for both NCCL and RCCL.
+DEFAULT_RCCL_ENV: tuple[tuple[str, str], ...] = (
+    # Init failures and fallbacks are printed to train.log; INFO adds topology and rings.
+    ("NCCL_DEBUG", "WARN"),
+    # A failed or timed-out collective tears the process down (and torchrun then ends the
+    # job) instead of leaving every other rank blocked in an all-reduce.
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+)
+STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
+STRATEGY_LABELS: dict[str, str] = {
+    "ddp": "DDP (a full copy of the model on every GPU)",
+    "zero2": "DeepSpeed ZeRO-2 (optimizer state and gradients sharded)",
+    "zero3": "DeepSpeed ZeRO-3 (parameters sharded too)",
+}
+GPUS_PER_NODE_MAX = 64  # MI300X in CPX mode shows 8 x 8 = 64 GPUs; 8 is usual
+NODES_MAX = 1024
+DDP_TIMEOUT_MAX_S = 7 * 24 * 3600  # a week: longer is a hang nobody is watching
+
+# Prefixed with dist_ so they never collide with RUN_FIELDS; `path` names DistributedPlan's
+# attribute. They are not YAML keys: distributed.extra_args writes what the plan adds.
+PLAN_FIELDS: tuple[Field, ...] = (
+    Field("dist_nproc", "int", 1, path="nproc", range=NumberRange(1, GPUS_PER_NODE_MAX, 1, rule="nproc-range"), widget="integer", section="multi_gpu", row="workers"),
+    # the range bounds each index of the list
+    Field("dist_gpus", "gpus", "0", path="gpus", range=NumberRange(0, GPUS_PER_NODE_MAX - 1, 0, rule="gpu-index-range"), max_chars=1024, section="multi_gpu", row="workers"),
+    Field("dist_strategy", "choice", "ddp", path="strategy", choices=STRATEGIES, choice_labels=tuple((text, key) for key, text in STRATEGY_LABELS.items()), widget="dropdown", section="multi_gpu", row="workers"),
+    Field("dist_offload", "flag", False, path="offload", widget="checkbox", section="multi_gpu", row="zero"),
+    Field("dist_ddp_timeout_s", "int", DEFAULT_DDP_TIMEOUT_S, path="ddp_timeout_s", range=NumberRange(1, DDP_TIMEOUT_MAX_S, 3600, rule="bad-timeout"), widget="integer", section="multi_gpu", row="zero"),
+    Field("dist_rccl_env", "env_lines", "\n".join(f"{k}={v}" for k, v in DEFAULT_RCCL_ENV), path="rccl_env", max_chars=65_536, widget="lines", section="multi_gpu"),
+    Field("dist_nnodes", "int", 1, path="nnodes", range=NumberRange(1, NODES_MAX, 1, rule="nnodes-range"), widget="integer", section="multi_gpu", row="nodes"),
+    Field("dist_node_rank", "int", 0, path="node_rank", range=NumberRange(0, NODES_MAX - 1, 0, rule="node-rank-range"), widget="integer", section="multi_gpu", row="nodes"),
+    # 253: the longest DNS name; an address goes into every node's command line.
+    Field("dist_master_addr", "text", "127.0.0.1", path="master_addr", max_chars=253, section="multi_gpu", row="nodes"),
+    Field("dist_master_port", "int", DEFAULT_MASTER_PORT, path="master_port", range=NumberRange(1, 65535, 29500, rule="bad-port"), widget="integer", section="multi_gpu", row="nodes"),
+)
+
+
+# --- what derives from the table (read at call time: a test may add a field) ---------------------
+
+
+def run_fields() -> tuple[Field, ...]:
+    return RUN_FIELDS
+
+
+def plan_fields() -> tuple[Field, ...]:
+    return PLAN_FIELDS
+
+
+def page_fields() -> tuple[Field, ...]:
+    """Every field the page shows, in its order: the run's, then the plan's."""
+    return run_fields() + plan_fields()
+
+
+def field(name: str) -> Field:
+    """The field called `name` (KeyError for none)."""
+    for candidate in page_fields():
+        if candidate.name == name:
+            return candidate
+    raise KeyError(name)
+
+
+def form_defaults() -> dict[str, Any]:
+    """The run form's values before anyone touches it."""
+    return {f.name: f.default for f in run_fields()}
+
+
+def plan_form_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in plan_fields()}
+
+
+def number_ranges() -> dict[str, NumberRange]:
+    """Every number's bounds, by field name (the form's and the plan's)."""
+    return {f.name: f.range for f in page_fields() if f.range is not None}
+
+
+def text_limits() -> dict[str, int]:
+    return {f.name: f.max_chars for f in page_fields() if f.kind in ("text", "datasets", "gpus", "env_lines")}
+
+
+def form_to_yaml() -> dict[str, str]:
+    """Form field -> the LLaMA-Factory key a finding about it is shown under."""
+    return {f.name: f.yaml.keys[0] for f in run_fields() if f.yaml is not None}
+
+
+def yaml_keys_in_form() -> frozenset[str]:
+    """Every LLaMA-Factory key some field of the form reads."""
+    return frozenset(key for f in run_fields() if f.yaml is not None for key in f.yaml.keys)
+
+
+def element_ids() -> dict[str, str]:
+    """The page's element id of each field (tests and automation rely on them)."""
+    return {f.name: f.elem_id for f in page_fields()}
+
+
+__all__ = [
+    "ABSENT",
+    "DATASETS_MAX",
+    "DEFAULT_DDP_TIMEOUT_S",
+    "DEFAULT_MASTER_PORT",
+    "DEFAULT_RCCL_ENV",
+    "FINETUNING_TYPES",
+    "FLASH_ATTN_CHOICES",
+    "Field",
+    "NumberRange",
+    "PLAN_FIELDS",
+    "PRECISIONS",
+    "QUANTIZATION_BITS",
+    "RUN_FIELDS",
+    "STRATEGIES",
+    "STRATEGY_LABELS",
+    "YamlCodec",
+    "element_ids",
+    "field",
+    "form_defaults",
+    "form_to_yaml",
+    "number_ranges",
+    "page_fields",
+    "plain",
+    "plan_fields",
+    "plan_form_defaults",
+    "text_limits",
+    "yaml_keys_in_form",
+]
