@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from backend.i18n import translate
 from backend.logs import MetricPoint
 
 MAX_DISPLAY_POINTS = 600
@@ -64,13 +65,15 @@ def _json_number(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-LOSS_NAMES = {"loss": "loss", "smoothed": "loss (smoothed)", "learning_rate": "learning rate", "step": "step"}
-MEMORY_NAMES = {"used": "used", "total": "total", "seconds": "seconds since start", "gib": "GiB"}
+# The default (English) trace and axis names and titles come from the catalogue, like every
+# other word; the page passes its own language's (backend/view.py loss_chart_names).
+LOSS_NAMES = {"loss": translate("chart.loss_series"), "smoothed": translate("chart.loss_smoothed"), "learning_rate": translate("chart.learning_rate"), "step": translate("chart.step")}
+MEMORY_NAMES = {"used": translate("chart.used"), "total": translate("chart.total"), "seconds": translate("chart.seconds"), "gib": translate("chart.gib")}
 
 
 def loss_figure(
     points: Sequence[MetricPoint],
-    title: str = "Training loss",
+    title: str = translate("chart.loss"),
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
 ) -> dict:

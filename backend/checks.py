@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from backend.artifacts import TOKENIZER_FILES
 from backend.config import NUMBER_RANGES, RunConfig, range_finding, shown
 from backend.estimate import GIB, estimate_memory, read_model_config
 from backend.findings import Finding
@@ -41,14 +42,14 @@ RUN_NAME_RULE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")  # not "." or 
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.pth", "*.pt", "*.gguf")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tiktoken.model")
 DATASET_INFO = "dataset_info.json"
 DATASET_PARSE_MAX_BYTES = 64 * 1024 * 1024  # parse whole .json files up to this; beyond, only their start
 JSONL_LINES_CHECKED = 50
 
 
-def _finding(key: str, problem: str, fix: str, rule: str, severity: str = "problem", **patch: Any) -> Finding:
-    return Finding(key=key, problem=problem, fix=fix, severity=severity, rule=rule, patch=dict(patch))  # type: ignore[arg-type]
+def _quoted(value: Any) -> str:
+    """A value the user typed, quoted in a message the way Python writes it: 'my run'."""
+    return repr(value)
 
 
 class _Context:
@@ -87,13 +88,7 @@ def rule_run_name(ctx: _Context) -> list[Finding]:
         return []
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip(".-")[:64] or "run"
     return [
-        _finding(
-            "run_name",
-            f"Run name {name!r} can only hold letters, digits, '.', '_' and '-' (at most 64, not starting with '.' or '-'): it becomes a directory name.",
-            f"Use a name like {safe!r}.",
-            "run-name-unsafe",
-            run_name=safe,
-        )
+        Finding.of("run_name", "run-name-unsafe", patch={"run_name": safe}, name=_quoted(name), safe=_quoted(safe))
     ]
 
 
@@ -123,7 +118,7 @@ def rule_number_ranges(ctx: _Context) -> list[Finding]:
     for name, what, read in _NUMBER_FIELDS:
         value = read(ctx.config)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
-            findings.append(_finding(name, f"{what} must be a number, not {shown(value)}.", f"Enter a number for {what}.", "not-a-number", **{name: NUMBER_RANGES[name].example}))
+            findings.append(Finding.of(name, "not-a-number", message="not-a-number-float", patch={name: NUMBER_RANGES[name].example}, field=what, value=shown(value)))
             continue
         finding = range_finding(name, value, what)
         if finding is not None:
@@ -135,7 +130,7 @@ def rule_steps_and_epochs(ctx: _Context) -> list[Finding]:
     training = ctx.config.training
     epochs = training.num_train_epochs
     if training.max_steps == 0 and isinstance(epochs, (int, float)) and epochs == 0:
-        return [_finding("num_train_epochs", f"Epochs is {epochs:g} and max steps is 0: nothing would be trained.", "Set epochs to a positive number (e.g. 3), or set max steps.", "epochs-not-positive", num_train_epochs=3.0)]
+        return [Finding.of("num_train_epochs", "epochs-not-positive", patch={"num_train_epochs": 3.0}, value=f"{epochs:g}")]
     return []
 
 
@@ -145,12 +140,12 @@ def rule_cutoff(ctx: _Context) -> list[Finding]:
         return []  # rule_number_ranges says so
     findings: list[Finding] = []
     if cutoff < CUTOFF_MIN_SENSIBLE:
-        findings.append(_finding("cutoff_len", f"Cutoff length {cutoff} is shorter than a chat template's own tokens: examples would be cut to nothing.", f"Use at least {CUTOFF_MIN_SENSIBLE}; 512-2048 is usual.", "cutoff-too-short", severity="warning"))
+        findings.append(Finding.of("cutoff_len", "cutoff-too-short", severity="warning", value=cutoff, minimum=CUTOFF_MIN_SENSIBLE))
     model_config = read_model_config(ctx.config.model.model_name_or_path)
     positions = model_config.get("max_position_embeddings") if model_config else None
     if isinstance(positions, int) and not isinstance(positions, bool) and positions > 0 and cutoff > positions:
         findings.append(
-            _finding("cutoff_len", f"Cutoff length {cutoff} is longer than the model's context ({positions} tokens, max_position_embeddings).", f"Set cutoff length to {positions} or less.", "cutoff-beyond-context", severity="warning", cutoff_len=positions)
+            Finding.of("cutoff_len", "cutoff-beyond-context", severity="warning", patch={"cutoff_len": positions}, value=cutoff, context=positions)
         )
     return findings
 
@@ -176,21 +171,23 @@ def path_problem(raw: str) -> str:
     return ""
 
 
-def _unusable_path(key: str, what: str, raw: str, problem: str) -> Finding:
-    return _finding(key, f"{what} {shown(raw, 80)} cannot be a path on this machine: {problem}.", f"Enter the real path of the {what.lower()}.", "path-unusable")
+def _unusable_path(key: str, raw: str, problem: str) -> Finding:
+    """The model or dataset directory (by `key`) is no path the OS can look up."""
+    message = "path-unusable" if key == "model_path" else "path-unusable-dataset"
+    return Finding.of(key, "path-unusable", message=message, path=shown(raw, 80), problem=problem)
 
 
 def rule_model_path(ctx: _Context) -> list[Finding]:
     raw = ctx.config.model.model_name_or_path
     if not raw:
-        return [_finding("model_path", "No model is set.", "Enter the absolute path of a model directory (one with config.json and the weights).", "model-path-missing")]
+        return [Finding.of("model_path", "model-path-missing")]
     problem = path_problem(raw)
     if problem:
-        return [_unusable_path("model_path", "Model directory", raw, problem)]
+        return [_unusable_path("model_path", raw, problem)]
     try:
         return _model_path_findings(ctx, raw)
     except (OSError, ValueError) as error:  # a race or a filesystem's own limit: still a finding
-        return [_unusable_path("model_path", "Model directory", raw, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+        return [_unusable_path("model_path", raw, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
 
 
 def _model_path_findings(ctx: _Context, raw: str) -> list[Finding]:
@@ -199,29 +196,24 @@ def _model_path_findings(ctx: _Context, raw: str) -> list[Finding]:
         if not ctx.offline:
             return []
         return [
-            _finding(
-                "model_path",
-                f"{raw!r} is a Hugging Face hub id, and this machine works offline: the trainer cannot download it.",
-                f"Download the model to local disk on a connected machine (e.g. `huggingface-cli download {raw} --local-dir /models/{raw.split('/')[-1]}`), copy it here, and enter the directory's absolute path.",
-                "model-hub-id-offline",
-            )
+            Finding.of("model_path", "model-hub-id-offline", model=_quoted(raw), hub_id=raw, name=raw.split("/")[-1])
         ]
     if not path.exists():
-        return [_finding("model_path", f"Model directory {raw} does not exist.", "Enter the absolute path of a model directory on this machine.", "model-path-not-found")]
+        return [Finding.of("model_path", "model-path-not-found", path=raw)]
     if not path.is_dir():
-        return [_finding("model_path", f"{raw} is a file, not a model directory.", "Enter the directory that holds config.json and the weights, not a file in it.", "model-path-not-dir")]
+        return [Finding.of("model_path", "model-path-not-dir", path=raw)]
     config_file = path / "config.json"
     if not config_file.is_file():
-        return [_finding("model_path", f"{raw} has no config.json: it is not a Hugging Face model directory.", "Enter the directory that holds config.json (for a downloaded snapshot, the snapshots/<hash> folder).", "model-no-config")]
+        return [Finding.of("model_path", "model-no-config", path=raw)]
     try:
         json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        return [_finding("model_path", f"{config_file} cannot be read as JSON ({error}).", "Copy the model again: its config.json is damaged or incomplete.", "model-config-unreadable")]
+        return [Finding.of("model_path", "model-config-unreadable", file=str(config_file), error=str(error))]
     findings: list[Finding] = []
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
-        findings.append(_finding("model_path", f"{raw} has a config.json but no weight files (*.safetensors, *.bin).", "Copy the weight files into the directory (the download may be incomplete).", "model-no-weights"))
+        findings.append(Finding.of("model_path", "model-no-weights", path=raw))
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        findings.append(_finding("model_path", f"{raw} has no tokenizer files (tokenizer.json, tokenizer_config.json...).", "Copy the tokenizer files from the model's download into the directory.", "model-no-tokenizer", severity="warning"))
+        findings.append(Finding.of("model_path", "model-no-tokenizer", severity="warning", path=raw))
     return findings
 
 
@@ -249,17 +241,12 @@ def rule_template(ctx: _Context) -> list[Finding]:
     if template in names:
         return []
     close = difflib.get_close_matches(template, sorted(names), n=3, cutoff=0.6)
-    hint = f" Did you mean {' or '.join(close)}?" if close else ""
-    return [
-        _finding(
-            "template",
-            f"Template {template!r} is not one LLaMA-Factory knows.{hint}",
-            "Pick the template of the model family (llama3, qwen, mistral, gemma...); for a base model, `default` works.",
-            "template-unknown",
-            # A near-certain spelling fix is mechanical; a choice between several is not.
-            **({"template": sure[0]} if (sure := difflib.get_close_matches(template, sorted(names), n=1, cutoff=0.85)) else {}),
-        )
-    ]
+    # A near-certain spelling fix is mechanical; a choice between several is not.
+    sure = difflib.get_close_matches(template, sorted(names), n=1, cutoff=0.85)
+    patch = {"template": sure[0]} if sure else {}
+    if close:
+        return [Finding.of("template", "template-unknown", patch=patch, template=_quoted(template), suggestions=" or ".join(close))]
+    return [Finding.of("template", "template-unknown", message="template-unknown-no-match", patch=patch, template=_quoted(template))]
 
 
 # --- data -----------------------------------------------------------------------------------
@@ -268,29 +255,29 @@ def rule_template(ctx: _Context) -> list[Finding]:
 def rule_dataset(ctx: _Context) -> list[Finding]:
     data = ctx.config.data
     if not data.dataset_dir:
-        return [_finding("dataset_dir", "No dataset directory is set.", f"Enter the directory that holds {DATASET_INFO} and the data files.", "dataset-dir-missing")]
+        return [Finding.of("dataset_dir", "dataset-dir-missing")]
     problem = path_problem(data.dataset_dir)
     if problem:
-        return [_unusable_path("dataset_dir", "Dataset directory", data.dataset_dir, problem)]
+        return [_unusable_path("dataset_dir", data.dataset_dir, problem)]
     try:
         return _dataset_findings(ctx, data)
     except (OSError, ValueError) as error:
-        return [_unusable_path("dataset_dir", "Dataset directory", data.dataset_dir, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+        return [_unusable_path("dataset_dir", data.dataset_dir, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
 
 
 def _dataset_findings(ctx: _Context, data: Any) -> list[Finding]:
     directory = Path(data.dataset_dir).expanduser()
     if not directory.is_dir():
-        return [_finding("dataset_dir", f"Dataset directory {data.dataset_dir} does not exist or is not a directory.", f"Enter the directory that holds {DATASET_INFO}.", "dataset-dir-not-found")]
+        return [Finding.of("dataset_dir", "dataset-dir-not-found", path=data.dataset_dir)]
     info_path = directory / DATASET_INFO
     if not info_path.is_file():
-        return [_finding("dataset_dir", f"{data.dataset_dir} has no {DATASET_INFO}, which names the datasets in it.", f"Add a {DATASET_INFO} (see LLaMA-Factory's data/README.md), or pick the directory that has one.", "dataset-info-missing")]
+        return [Finding.of("dataset_dir", "dataset-info-missing", path=data.dataset_dir)]
     info, error = _read_json_cached(str(info_path), *_stamp(info_path))
     if error or not isinstance(info, dict):
-        return [_finding("dataset_dir", f"{info_path} cannot be read as a JSON mapping ({error or 'not a mapping'}).", f"Fix the JSON syntax of {DATASET_INFO}.", "dataset-info-unreadable")]
+        return [Finding.of("dataset_dir", "dataset-info-unreadable", file=str(info_path), error=error or "not a mapping")]
     if not data.datasets:
         names = ", ".join(sorted(info)[:8])
-        return [_finding("dataset", "No dataset is chosen.", f"Pick one of the datasets in {DATASET_INFO}: {names}.", "dataset-missing")]
+        return [Finding.of("dataset", "dataset-missing", names=names)]
     findings: list[Finding] = []
     for name in data.datasets:
         findings += _dataset_entry(ctx, directory, info, name)
@@ -300,35 +287,32 @@ def _dataset_findings(ctx: _Context, data: Any) -> list[Finding]:
 def _dataset_entry(ctx: _Context, directory: Path, info: dict[str, Any], name: str) -> list[Finding]:
     if name not in info:
         close = difflib.get_close_matches(name, sorted(info), n=1, cutoff=0.6)
-        return [
-            _finding(
-                "dataset",
-                f"Dataset {name!r} is not in {directory / DATASET_INFO}.",
-                (f"Did you mean {close[0]!r}? " if close else "") + f"Pick one of: {', '.join(sorted(info)[:8])}.",
-                "dataset-not-in-info",
-            )
-        ]
+        names = ", ".join(sorted(info)[:8])
+        where = str(directory / DATASET_INFO)
+        if close:
+            return [Finding.of("dataset", "dataset-not-in-info", name=_quoted(name), file=where, suggestion=_quoted(close[0]), names=names)]
+        return [Finding.of("dataset", "dataset-not-in-info", message="dataset-not-in-info-no-match", name=_quoted(name), file=where, names=names)]
     entry = info[name]
     if not isinstance(entry, dict):
-        return [_finding("dataset", f"The entry for {name!r} in {DATASET_INFO} is not a mapping.", 'Write it as {"file_name": "..."}.', "dataset-entry-bad")]
+        return [Finding.of("dataset", "dataset-entry-bad", name=_quoted(name))]
     hub = next((entry[k] for k in ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url") if k in entry), None)
     if hub is not None:
         if ctx.offline:
-            return [_finding("dataset", f"Dataset {name!r} is downloaded from a hub ({hub}), and this machine works offline.", f"Download it to a file in {directory}, and give its entry a file_name instead of the hub url.", "dataset-hub-offline")]
+            return [Finding.of("dataset", "dataset-hub-offline", name=_quoted(name), hub=str(hub), directory=str(directory))]
         return []
     file_name = entry.get("file_name")
     if not isinstance(file_name, str) or not file_name:
-        return [_finding("dataset", f"The entry for {name!r} in {DATASET_INFO} has no file_name.", "Add the data file's name, relative to the dataset directory.", "dataset-entry-bad")]
+        return [Finding.of("dataset", "dataset-entry-bad", message="dataset-entry-no-file-name", name=_quoted(name))]
     path = directory / file_name
     if path.is_dir():
         if not any(path.iterdir()):
-            return [_finding("dataset", f"The folder {path} of dataset {name!r} is empty.", "Put the data files in it.", "dataset-file-missing")]
+            return [Finding.of("dataset", "dataset-file-missing", message="dataset-folder-empty", path=str(path), name=_quoted(name))]
         return []
     if not path.is_file():
-        return [_finding("dataset", f"Dataset {name!r} points to {path}, which does not exist.", f"Put the data file there, or fix file_name in {DATASET_INFO}.", "dataset-file-missing")]
+        return [Finding.of("dataset", "dataset-file-missing", name=_quoted(name), path=str(path))]
     problem = _data_file_problem(str(path), *_stamp(path))
     if problem:
-        return [_finding("dataset", f"Dataset file {path} cannot be read: {problem}.", "Fix the file (a JSON list of records, or one JSON object per line for .jsonl).", "dataset-file-unreadable")]
+        return [Finding.of("dataset", "dataset-file-unreadable", path=str(path), problem=problem)]
     return []
 
 
@@ -395,13 +379,7 @@ def rule_precision_on_preset(ctx: _Context) -> list[Finding]:
         return []
     fallback = "fp32" if preset.use_cpu else "fp16"
     return [
-        _finding(
-            "precision",
-            f"{preset.display_name} has no bf16 support; bf16 would fail at start or run very slowly.",
-            f"Set precision to {fallback}.",
-            "bf16-unsupported",
-            precision=fallback,
-        )
+        Finding.of("precision", "bf16-unsupported", patch={"precision": fallback}, preset=preset.display_name, precision=fallback)
     ]
 
 
@@ -410,9 +388,9 @@ def rule_flash_attn(ctx: _Context) -> list[Finding]:
     if choice != "fa2":
         return []
     if ctx.use_cpu:
-        return [_finding("flash_attn", "FlashAttention-2 needs a GPU; this run is on the CPU.", "Set flash_attn to sdpa or disabled.", "fa2-on-cpu", flash_attn="sdpa")]
+        return [Finding.of("flash_attn", "fa2-on-cpu", patch={"flash_attn": "sdpa"})]
     if importlib.util.find_spec("flash_attn") is None:
-        return [_finding("flash_attn", "flash_attn is fa2, but the flash-attn package is not installed: LLaMA-Factory falls back to the default attention.", "Set flash_attn to sdpa (PyTorch's fused attention, fast on ROCm too), or install the ROCm build of flash-attn.", "fa2-not-installed", severity="warning", flash_attn="sdpa")]
+        return [Finding.of("flash_attn", "fa2-not-installed", severity="warning", patch={"flash_attn": "sdpa"})]
     return []
 
 
@@ -421,14 +399,15 @@ def rule_quantization(ctx: _Context) -> list[Finding]:
     if bits is None:
         return []
     if ctx.config.method.finetuning_type != "lora":
-        return [_finding("quantization_bit", f"{bits}-bit quantization (QLoRA) only works with LoRA, not {ctx.config.method.finetuning_type}.", "Set fine-tuning type to lora, or quantization to none.", "qlora-needs-lora", quantization_bit="none")]
+        return [Finding.of("quantization_bit", "qlora-needs-lora", patch={"quantization_bit": "none"}, bits=bits, finetuning_type=ctx.config.method.finetuning_type)]
     if ctx.use_cpu:
-        return [_finding("quantization_bit", "QLoRA (bitsandbytes) needs a GPU; this run is on the CPU.", "Set quantization to none.", "qlora-on-cpu", quantization_bit="none")]
+        return [Finding.of("quantization_bit", "qlora-on-cpu", patch={"quantization_bit": "none"})]
     if ctx.preset is not None and bits not in ctx.preset.qlora_bits:
         offered = ", ".join(map(str, ctx.preset.qlora_bits)) or "none"
-        return [_finding("quantization_bit", f"{ctx.preset.display_name} does not offer {bits}-bit QLoRA (offered: {offered}).", "Set quantization to none" + (f" or {offered}-bit." if ctx.preset.qlora_bits else "."), "qlora-not-offered", quantization_bit="none")]
+        message = "qlora-not-offered" if ctx.preset.qlora_bits else "qlora-not-offered-any"
+        return [Finding.of("quantization_bit", "qlora-not-offered", message=message, patch={"quantization_bit": "none"}, preset=ctx.preset.display_name, bits=bits, offered=offered)]
     if not ctx.bnb_available():
-        return [_finding("quantization_bit", f"{bits}-bit QLoRA needs bitsandbytes, which is not installed in this environment.", "Install the ROCm build of bitsandbytes (pip install bitsandbytes>=0.45 on ROCm 6), or set quantization to none.", "qlora-no-bitsandbytes")]
+        return [Finding.of("quantization_bit", "qlora-no-bitsandbytes", bits=bits)]
     return []
 
 
@@ -440,12 +419,15 @@ def rule_memory(ctx: _Context) -> list[Finding]:
     if estimate.verdict != "will not fit":
         return []
     return [
-        _finding(
+        Finding.of(
             "memory",
-            f"Estimated memory {estimate.total_bytes / GIB:.1f} GiB per device is more than {preset.display_name} has ({estimate.vram_bytes / GIB:.0f} GiB): the run would stop with out-of-memory.",
-            estimate.cheapest_fix,
             "memory-will-not-fit",
             severity="warning",
+            estimate=f"{estimate.total_bytes / GIB:.1f}",
+            preset=preset.display_name,
+            vram=f"{estimate.vram_bytes / GIB:.0f}",
+            # The estimator composes its fix from its cheapest changes (backend/estimate.py).
+            fix=estimate.cheapest_fix,
         )
     ]
 
@@ -487,18 +469,19 @@ def check_output_dir(runs_dir: Path) -> list[Finding]:
     """Whether runs can be written under `runs_dir` (which need not exist yet: it is not created here)."""
     runs_dir = Path(runs_dir).expanduser()
     if runs_dir.exists() and not runs_dir.is_dir():
-        return [_finding("runs_dir", f"{runs_dir} is a file, not a directory.", "Start the app with --runs-dir pointing at a directory.", "runs-dir-not-dir")]
+        return [Finding.of("runs_dir", "runs-dir-not-dir", path=str(runs_dir))]
     existing = runs_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        return [_finding("runs_dir", f"{runs_dir} cannot be created: {existing} is a file.", "Start the app with --runs-dir pointing at a directory you can write.", "runs-dir-not-dir")]
+        return [Finding.of("runs_dir", "runs-dir-not-dir", message="runs-dir-parent-is-file", path=str(runs_dir), existing=str(existing))]
     if not os.access(existing, os.W_OK | os.X_OK):
-        where = "it" if existing == runs_dir else f"its parent {existing}"
-        return [_finding("runs_dir", f"{runs_dir} is not writable ({where} does not let this user write).", "Start the app with --runs-dir pointing at a directory you can write, or fix its permissions.", "runs-dir-not-writable")]
+        if existing == runs_dir:
+            return [Finding.of("runs_dir", "runs-dir-not-writable", path=str(runs_dir))]
+        return [Finding.of("runs_dir", "runs-dir-not-writable", message="runs-dir-parent-not-writable", path=str(runs_dir), parent=str(existing))]
     free = shutil.disk_usage(existing).free
     if free < DISK_FREE_MIN_BYTES:
-        return [_finding("runs_dir", f"Only {free / GIB:.1f} GiB free under {existing}; checkpoints may not fit.", "Free some disk space or point --runs-dir at a larger disk.", "runs-dir-low-space", severity="warning")]
+        return [Finding.of("runs_dir", "runs-dir-low-space", severity="warning", free=f"{free / GIB:.1f}", path=str(existing))]
     return []
 
 

@@ -29,8 +29,11 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from backend.findings import Finding
+from backend.i18n import DEFAULT_LOCALE, render_message
 
 # --- what a user may set ---------------------------------------------------------------------
 
@@ -157,12 +160,30 @@ NEVER_INHERITED: frozenset[str] = frozenset({"ROCBOARD_AUTH", "ROCBOARD_AUTH_FIL
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why one NAME=value may not reach a child: a rule name (for tests and the i18n
-    catalogue's `check.<rule>.problem` / `.fix`) and the sentences a finding shows."""
+    """Why one NAME=value may not reach a child: a rule name, which is also the message id of
+    its words (the catalogue's `check.<rule>.problem` / `.fix`), and the message's values."""
 
-    problem: str
-    fix: str
     rule: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def text(self, locale: str = DEFAULT_LOCALE) -> tuple[str, str]:
+        """(problem, fix) in `locale`."""
+        return (
+            render_message(f"check.{self.rule}.problem", self.params, locale),
+            render_message(f"check.{self.rule}.fix", self.params, locale),
+        )
+
+    @property
+    def problem(self) -> str:  # English: the command line, a preset file's error
+        return self.text()[0]
+
+    @property
+    def fix(self) -> str:
+        return self.text()[1]
+
+    def finding(self, key: str, severity: str = "problem") -> Finding:
+        """The refusal as a finding about `key` (the form field the setting was written in)."""
+        return Finding.of(key, self.rule, severity=severity, **self.params)  # type: ignore[arg-type]
 
     def __str__(self) -> str:
         return self.problem
@@ -185,41 +206,29 @@ def is_secret_name(name: str) -> bool:
 def name_refusal(name: str) -> Refusal | None:
     """Why a user may not set a variable called `name`, or None when they may."""
     if not isinstance(name, str) or not _NAME.match(name):
-        return Refusal(f"{name!r} is not a variable name.", "Use NAME=value with letters, digits and _.", rule="bad-env-name")
+        return Refusal("bad-env-name", {"name": repr(name)})
     if len(name) > MAX_NAME_LENGTH:
-        return Refusal(f"A variable name is longer than {MAX_NAME_LENGTH} characters.", "Remove that line.", rule="env-name-too-long")
+        return Refusal("env-name-too-long", {"limit": MAX_NAME_LENGTH})
     if is_secret_name(name):
-        return Refusal(
-            f"{name} looks like a secret, and no secret goes into the trainer's environment.",
-            f"Remove {name}; the trainer runs offline and needs no token or password.",
-            rule="env-secret",
-        )
+        return Refusal("env-secret", {"name": name})
     if not (name in SETTABLE_NAMES or name.startswith(SETTABLE_PREFIXES)):
-        return Refusal(
-            f"{name} cannot be set here: only RCCL/NCCL, gloo, HSA, ROCr, HIP, MIOpen and OpenMP settings reach the trainer.",
-            f"Remove {name}.",
-            rule="env-not-settable",
-        )
+        return Refusal("env-not-settable", {"name": name})
     if set(_words(name)) & LOCATION_WORDS:
-        return Refusal(
-            f"{name} names a file, folder or library for the trainer to read, write or load, so it could run code on this server.",
-            f"Remove {name}; if the machine needs it, set it in the shell that starts RocBoard.",
-            rule="env-names-location",
-        )
+        return Refusal("env-names-location", {"name": name})
     return None
 
 
 def value_refusal(name: str, value: str, max_length: int | None = MAX_VALUE_LENGTH) -> Refusal | None:
     """Why `value` (of `name`) is not one short line of plain text, or None."""
-    control = Refusal(f"The value of {name} holds control characters.", "Write the value as plain text on one line.", rule="env-value-control")
+    control = Refusal("env-value-control", {"name": name})
     if not isinstance(value, str):
         return control
     if "\n" in value or "\r" in value or any(unicodedata.category(c) in ("Zl", "Zp") for c in value):
-        return Refusal(f"The value of {name} spans lines.", "Put the value on one line.", rule="bad-env-value")
+        return Refusal("bad-env-value", {"name": name})
     if any(unicodedata.category(c) == "Cc" for c in value):  # NUL, tab, escape, DEL, C1 controls
         return control
     if max_length is not None and len(value) > max_length:
-        return Refusal(f"The value of {name} is longer than {max_length} characters.", "Shorten the value.", rule="env-value-too-long")
+        return Refusal("env-value-too-long", {"name": name, "limit": max_length})
     return None
 
 

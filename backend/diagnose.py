@@ -2,9 +2,11 @@
 
 Each rule is a few regular expressions for the exact lines PyTorch, ROCm, RCCL, transformers,
 huggingface_hub and LLaMA-Factory print (the wording was taken from the installed sources
-and from real logs; tests/fixtures/logs/ holds one excerpt per rule), plus one English cause
-and one English fix. The rule's name is the key a translation uses: the strings live only in
-`RULES`, nowhere else.
+and from real logs; tests/fixtures/logs/ holds one excerpt per rule). Its words, a cause and
+a fix, are the catalogue's `diagnose.<rule name>.cause` / `.fix` (backend/i18n/locales/):
+a diagnosis carries the rule's name, and the page renders it in the page's language.
+
+The live watch (`loss_alert`) answers an `Alert`: a message id (`alert.<id>`) and its values.
 
 Rules are listed most specific first, and a log can match several: "permission denied on
 /dev/kfd" explains the "No HIP GPUs are available" printed after it, so it comes first.
@@ -29,10 +31,22 @@ GRAD_NORM_MIN_HISTORY = 3
 
 @dataclass(frozen=True)
 class Diagnosis:
-    rule: str  # the rule's name, e.g. "gpu_out_of_memory"; translations are keyed by it
-    cause: str
-    fix: str
+    rule: str  # the rule's name, e.g. "gpu_out_of_memory": its words are `diagnose.<rule>.*`
     evidence: str  # the log line that matched (or what was seen, e.g. "exit code -9")
+
+    def text(self, locale: str = "en") -> tuple[str, str]:
+        """(cause, fix) in `locale`."""
+        from backend.i18n import translate
+
+        return translate(f"diagnose.{self.rule}.cause", locale), translate(f"diagnose.{self.rule}.fix", locale)
+
+    @property
+    def cause(self) -> str:  # English, for the command line and the logs
+        return self.text("en")[0]
+
+    @property
+    def fix(self) -> str:
+        return self.text("en")[1]
 
 
 @dataclass(frozen=True)
@@ -45,14 +59,12 @@ class FailureSummary:
 
 @dataclass(frozen=True)
 class Rule:
-    name: str
+    name: str  # its words are the catalogue's diagnose.<name>.cause / .fix
     patterns: tuple[re.Pattern[str], ...]
-    cause: str
-    fix: str
 
 
-def _rule(name: str, patterns: Iterable[str], cause: str, fix: str) -> Rule:
-    return Rule(name, tuple(re.compile(p, re.IGNORECASE) for p in patterns), cause, fix)
+def _rule(name: str, patterns: Iterable[str]) -> Rule:
+    return Rule(name, tuple(re.compile(p, re.IGNORECASE) for p in patterns))
 
 
 RULES: tuple[Rule, ...] = (
@@ -63,10 +75,6 @@ RULES: tuple[Rule, ...] = (
             r"Permission denied:? '?/dev/(?:kfd|dri)",
             r"is not member of \"?(?:video|render)\"? group",
         ],
-        "This user may not open the GPU devices /dev/kfd and /dev/dri/renderD*, so ROCm finds no GPU.",
-        "Add your user to the video and render groups: `sudo usermod -aG video,render $USER`, then log out "
-        "and in again (or reboot). In Docker, pass `--device /dev/kfd --device /dev/dri` and `group_add` the "
-        "host's numeric video and render group ids (`getent group video render`).",
     ),
     _rule(
         "invalid_device_function",
@@ -76,12 +84,6 @@ RULES: tuple[Rule, ...] = (
             r"hipErrorNoBinaryForGpu",
             r"TensileLibrary\.dat: No such file or directory for GPU arch",
         ],
-        "This build of PyTorch/ROCm has no GPU code for your GPU's architecture (gfx target), so the first "
-        "kernel launch fails.",
-        "Tell ROCm to use the code of the nearest supported target: `HSA_OVERRIDE_GFX_VERSION=11.0.0` for "
-        "gfx1101/gfx1102/gfx1103 (RX 7800/7700/7600), `HSA_OVERRIDE_GFX_VERSION=10.3.0` for gfx1031/gfx1032 "
-        "(RX 6700/6600). Set it in the preset's env or before starting the app; `python app.py doctor` shows "
-        "your target. Otherwise install a torch build that lists your target.",
     ),
     _rule(
         "torch_without_rocm",
@@ -89,10 +91,6 @@ RULES: tuple[Rule, ...] = (
             r"Torch not compiled with CUDA enabled",
             r"Found no NVIDIA driver on your system",
         ],
-        "The installed PyTorch is a CPU-only or NVIDIA CUDA build; it cannot use an AMD GPU.",
-        "Install the ROCm build of torch (https://pytorch.org, choose ROCm: "
-        "`pip install torch --index-url https://download.pytorch.org/whl/rocm6.4`) or use the docker image "
-        "(`docker compose up`, see docs/docker.md). For a CPU run, choose the CPU demo preset.",
     ),
     _rule(
         "no_gpu_visible",
@@ -101,10 +99,6 @@ RULES: tuple[Rule, ...] = (
             r"No CUDA GPUs are available",
             r"hipErrorNoDevice",
         ],
-        "PyTorch was built for ROCm but sees no GPU: the driver is not loaded, the devices are not accessible, "
-        "or HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES hide every GPU.",
-        "Run `python app.py doctor`. Check that `rocminfo` lists your GPU, that your user is in the video and "
-        "render groups, and that HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES name existing GPUs (or unset them).",
     ),
     _rule(
         "gpu_out_of_memory",
@@ -113,10 +107,6 @@ RULES: tuple[Rule, ...] = (
             r"(?:HIP|CUDA) error: out of memory",
             r"hipErrorOutOfMemory",
         ],
-        "The GPU ran out of memory.",
-        "Lower the batch size (raise gradient accumulation to keep the effective batch) or the cutoff "
-        "length, turn on gradient checkpointing, or use QLoRA (4-bit). If the message says much memory is "
-        "reserved but unallocated, set `PYTORCH_HIP_ALLOC_CONF=expandable_segments:True`.",
     ),
     _rule(
         "killed_out_of_host_memory",
@@ -125,11 +115,6 @@ RULES: tuple[Rule, ...] = (
             r"exitcode\s*:\s*-9\b",
             r"^Killed$",
         ],
-        "The trainer was killed with SIGKILL, which (unless someone stopped it) is the kernel's out-of-memory "
-        "killer: the machine ran out of RAM.",
-        "Confirm with `sudo dmesg | grep -i -E 'killed process|out of memory'`. Then lower the batch size, "
-        "cutoff length or `preprocessing_num_workers`, load a smaller model, or add RAM/swap; on a GPU run "
-        "use QLoRA so less of the model is staged in RAM.",
     ),
     _rule(
         "collective_timeout",
@@ -138,10 +123,6 @@ RULES: tuple[Rule, ...] = (
             r"\b[NR]CCL timeout",
             r"ran for \d+ milliseconds before timing out",
         ],
-        "A multi-GPU collective (RCCL/NCCL) timed out: one GPU or node stopped answering the others.",
-        "Raise `ddp_timeout` (seconds) if a slow step (data loading, saving, evaluation) blocks one rank; "
-        "on several nodes set `NCCL_SOCKET_IFNAME` to the interface that connects them and check firewalls; "
-        "run once with `NCCL_DEBUG=INFO` to see which rank stalls.",
     ),
     _rule(
         "bf16_unsupported",
@@ -151,17 +132,10 @@ RULES: tuple[Rule, ...] = (
             r"bf16 mixed precision requires",
             r"not implemented for 'BFloat16'",
         ],
-        "bf16 was requested but this device (or the CPU without `use_cpu`) does not support it.",
-        "Use fp16 on GPUs without bf16 (RDNA2 such as gfx1030, MI50/gfx906); on the CPU use fp32 with "
-        "`use_cpu: true` (the CPU demo preset). If this machine has an AMD GPU, the trainer may not see it: "
-        "run `python app.py doctor`.",
     ),
     _rule(
         "loss_not_finite",
         [r"['\"](?:\w*loss|grad_norm)['\"]:\s*['\"]?(?:nan|[-+]?inf|[-+]?infinity)\b"],
-        "The loss or gradient norm became NaN or infinite: training diverged and the weights are garbage.",
-        "Lower the learning rate (e.g. by 10x) and keep gradient clipping on (`max_grad_norm: 1.0`); prefer bf16 "
-        "to fp16 where the GPU supports it; try `flash_attn: disabled` to rule out the attention kernel.",
     ),
     _rule(
         "model_not_cached_offline",
@@ -170,9 +144,6 @@ RULES: tuple[Rule, ...] = (
             r"We couldn't connect to '\S+' to load the files",
             r"outgoing traffic has been disabled",
         ],
-        "The model is not on disk and may not be downloaded (offline mode, or no network).",
-        "Download it once with network access (`hf download ORG/NAME`), or point the model path at a local "
-        "folder that holds config.json, the weights and the tokenizer files.",
     ),
     _rule(
         "model_not_found",
@@ -182,9 +153,6 @@ RULES: tuple[Rule, ...] = (
             r"does not appear to have a file named config\.json",
             r"Incorrect path_or_model_id",
         ],
-        "The model path is neither an existing folder nor a model name on the Hugging Face Hub.",
-        "Check the model path for typos: an absolute path must exist on this machine and contain config.json; "
-        "a hub name looks like `Qwen/Qwen2.5-0.5B-Instruct`.",
     ),
     _rule(
         "tokenizer_not_loadable",
@@ -193,30 +161,18 @@ RULES: tuple[Rule, ...] = (
             r"Couldn't instantiate the backend tokenizer",
             r"Failed to load tokenizer\.",
         ],
-        "The tokenizer could not be loaded: the model folder has no tokenizer files (tokenizer.json or "
-        "tokenizer.model with tokenizer_config.json), or the path is wrong.",
-        "Point the model path at a folder that holds the tokenizer files too (a full download of the model, "
-        "not only the weights).",
     ),
     _rule(
         "dataset_undefined",
         [r"Undefined dataset \S+ in dataset_info\.json"],
-        "The dataset name is not defined in dataset_info.json of the dataset folder.",
-        "Use a name listed in `dataset_dir`/dataset_info.json, or add an entry for your file there "
-        "(file_name, formatting, columns); check that `dataset_dir` points at the right folder.",
     ),
     _rule(
         "template_unknown",
         [r"Template \S+ does not exist"],
-        "The chat template name is not one LLaMA-Factory knows.",
-        "Pick the template from LLaMA-Factory's list for your model family (e.g. `llama3`, `qwen`, `mistral`, "
-        "`gemma`); names are spelled exactly (`llama3`, not `llama-3`).",
     ),
     _rule(
         "unknown_config_key",
         [r"Some keys are not used by the HfArgumentParser"],
-        "The config has keys that LLaMA-Factory does not know (usually a typo or a key from another version).",
-        "Remove or correct the listed keys; `python app.py check FILE.yaml` lists every key this version accepts.",
     ),
 )
 
@@ -240,7 +196,7 @@ def _evidence(line: str) -> str:
 
 
 def _diagnosis(rule: Rule, evidence: str) -> Diagnosis:
-    return Diagnosis(rule.name, rule.cause, rule.fix, _evidence(evidence))
+    return Diagnosis(rule.name, _evidence(evidence))
 
 
 def diagnose(log_text: str, exit_code: int | None = None) -> list[Diagnosis]:
@@ -299,12 +255,49 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _step(point: dict[str, Any]) -> str:
-    step = point.get("step", point.get("current_steps"))
-    return f" at step {step}" if step is not None else ""
+class Alert(str):
+    """A warning about a run, as a message id (`alert.<message>`) and its values.
+
+    The string itself is the English text (the command line, the logs, a plain `str` field);
+    the page renders `text(locale)` in its own language."""
+
+    message: str
+    params: dict[str, Any]
+
+    def __new__(cls, message: str, **params: Any) -> "Alert":
+        from backend.i18n import render_message
+
+        alert = super().__new__(cls, render_message(f"alert.{message}", params, "en"))
+        alert.message = message
+        alert.params = params
+        return alert
+
+    def text(self, locale: str = "en") -> str:
+        from backend.i18n import render_message
+
+        return render_message(f"alert.{self.message}", self.params, locale)
+
+    def __reduce__(self):  # a str subclass with its own __new__: pickle it by its id and values
+        return (_alert_from, (self.message, self.params))
 
 
-def loss_alert(points: list[dict[str, Any]]) -> str | None:
+def _alert_from(message: str, params: dict[str, Any]) -> Alert:
+    return Alert(message, **params)
+
+
+def _step(point: dict[str, Any]) -> Any:
+    return point.get("step", point.get("current_steps"))
+
+
+def _alert(message: str, point: dict[str, Any], **params: Any) -> Alert:
+    """The alert `message`, its "…at step N" variant when the point knows its step."""
+    step = _step(point)
+    if step is None:
+        return Alert(message, **params)
+    return Alert(f"{message}-at-step", step=step, **params)
+
+
+def loss_alert(points: list[dict[str, Any]]) -> Alert | None:
     """A warning about the newest metric point, or None when training looks sane.
 
     Three signs a run has diverged: the loss is NaN/inf; the loss is exactly 0 after having
@@ -314,28 +307,21 @@ def loss_alert(points: list[dict[str, Any]]) -> str | None:
     if not points:
         return None
     latest = points[-1]
-    where = _step(latest)
     loss = _number(latest.get("loss"))
     if loss is not None and not math.isfinite(loss):
-        return f"The loss is {loss}{where}: training diverged. Stop the run and lower the learning rate."
+        return _alert("loss-not-finite", latest, value=str(loss))
     if loss == 0.0:
         earlier = [_number(p.get("loss")) for p in points[:-1]]
         if any(v is not None and v > 0 for v in earlier):
-            return (
-                f"The loss dropped to exactly 0{where}: the steps since the last log were NaN (the trainer "
-                "logs NaN steps as 0). Stop the run and lower the learning rate."
-            )
+            return _alert("loss-zero", latest)
     grad_norm = _number(latest.get("grad_norm"))
     if grad_norm is None:
         return None
     if not math.isfinite(grad_norm):
-        return f"The gradient norm is {grad_norm}{where}: training diverged. Stop the run and lower the learning rate."
+        return _alert("grad-norm-not-finite", latest, value=str(grad_norm))
     history = [v for v in (_number(p.get("grad_norm")) for p in points[:-1]) if v is not None and math.isfinite(v)]
     if len(history) >= GRAD_NORM_MIN_HISTORY:
         median = statistics.median(history)
         if median > 0 and grad_norm > GRAD_NORM_EXPLOSION_FACTOR * median:
-            return (
-                f"The gradient norm jumped to {grad_norm:.3g}{where}, {grad_norm / median:.0f}x its median "
-                f"({median:.3g}): training is about to diverge. Lower the learning rate or keep max_grad_norm at 1.0."
-            )
+            return _alert("grad-norm-jump", latest, value=f"{grad_norm:.3g}", factor=f"{grad_norm / median:.0f}", median=f"{median:.3g}")
     return None

@@ -27,6 +27,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from backend.child_env import child_env
 from backend.doctor_probe import MARKER, installed_version
+from backend.i18n import Joined
+from backend.i18n import Message as M
 from backend.telemetry.base import SourceStatus
 from backend.telemetry.sysfs import AMD_VENDOR_ID
 from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus
@@ -51,11 +53,6 @@ VISIBILITY_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VIS
 ENV_OF_INTEREST = ("HSA_OVERRIDE_GFX_VERSION", *VISIBILITY_VARIABLES)
 GPU_GROUPS = ("video", "render")
 VERSIONS_OF_INTEREST = ("llamafactory", "transformers", "peft", "trl", "accelerate")
-ROCM_TORCH_INSTALL = (
-    "Install the ROCm build of torch (pytorch.org, choose ROCm; e.g. "
-    "`pip install torch torchvision --index-url https://download.pytorch.org/whl/rocm6.4`), "
-    "or use the docker image (docs/docker.md)."
-)
 
 
 @dataclass(frozen=True)
@@ -184,62 +181,58 @@ def _count(targets: Sequence[str]) -> str:
 
 
 def _gib(size: int | None) -> str:
-    return f"{size / GIB:.0f} GiB" if size else "memory unknown"
+    return f"{size / GIB:.0f} GiB" if size else M("doctor.memory_unknown")
 
 
-def _torch_build(torch: TorchFacts) -> str:
+def _and(words: Sequence[str]) -> Joined:
+    """"video and render", in the page's language."""
+    return Joined(words, M("doctor.and"))
+
+
+def _torch_build(torch: TorchFacts) -> M:
     if torch.hip_version:
-        return f"torch {torch.version} (ROCm/HIP {torch.hip_version})"
+        return M("doctor.torch.build_rocm", version=torch.version, hip=torch.hip_version)
     if torch.cuda_version:
-        return f"torch {torch.version} (NVIDIA CUDA {torch.cuda_version} build)"
-    return f"torch {torch.version} (CPU-only build)"
+        return M("doctor.torch.build_cuda", version=torch.version, cuda=torch.cuda_version)
+    return M("doctor.torch.build_cpu", version=torch.version)
 
 
 # --- checks -----------------------------------------------------------------------------
+# Each check's name, what it saw and its fix are messages (backend/i18n: `doctor.*`), so the
+# page shows them in its language; as strings they are English (the command line). What the
+# machine said (an import error, a device name, a path) is a value inside them, as written.
 
 
 def check_torch_build(facts: MachineFacts) -> Check:
-    name = "torch build"
+    name = M("doctor.name.torch_build")
     torch = facts.torch
     if torch.version is None:
-        return Check(name, "problem", f"torch cannot be imported: {torch.import_error}", ROCM_TORCH_INSTALL, "any")
+        return Check(name, "problem", M("doctor.torch.import_error", error=torch.import_error), M("doctor.fix.rocm_torch"), "any")
     saw = _torch_build(torch)
     if torch.hip_version:
         return Check(name, "ok", saw)
     if amd_gpu_present(facts) and not (torch.cuda_version and nvidia_gpu_present(facts)):
-        return Check(
-            name,
-            "problem",
-            f"{saw} on a machine with an AMD GPU: it cannot use the GPU, training falls back to the CPU or fails",
-            ROCM_TORCH_INSTALL,
-        )
+        return Check(name, "problem", M("doctor.torch.wrong_build", build=saw), M("doctor.fix.rocm_torch"))
     if torch.cuda_version and nvidia_gpu_present(facts):
-        return Check(name, "ok", f"{saw} for the NVIDIA GPU")
-    return Check(name, "ok", f"{saw}; no GPU here, so only CPU runs (the CPU demo preset)")
+        return Check(name, "ok", M("doctor.torch.nvidia", build=saw))
+    return Check(name, "ok", M("doctor.torch.no_gpu", build=saw))
 
 
 def check_gpus_visible(facts: MachineFacts) -> Check:
-    name = "GPUs visible to torch"
+    name = M("doctor.name.gpus_visible")
     torch = facts.torch
     if torch.gpus:
-        listed = "; ".join(
-            f"GPU {g.index}: {g.name} ({base_target(g.gfx_target) or 'no gfx target'}, {_gib(g.total_memory_bytes)})"
+        listed = Joined(
+            M("doctor.gpus.gpu", index=g.index, name=g.name, target=base_target(g.gfx_target) or M("doctor.gpus.no_target"), memory=_gib(g.total_memory_bytes))
             for g in torch.gpus
         )
-        return Check(name, "ok", f"{len(torch.gpus)}: {listed}")
+        return Check(name, "ok", M("doctor.gpus.listed", count=len(torch.gpus), listed=listed))
     if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
-        return Check(name, "ok", "none, and no GPU in this machine: CPU runs only")
-    reason = f" ({torch.device_error})" if torch.device_error else ""
+        return Check(name, "ok", M("doctor.gpus.none_no_gpu"))
+    reason = f" ({torch.device_error})" if torch.device_error else ""  # the runtime's words
     if torch.version is not None and not torch.hip_version and amd_gpu_present(facts):
-        return Check(name, "problem", f"none{reason}: this torch build cannot see AMD GPUs", ROCM_TORCH_INSTALL)
-    return Check(
-        name,
-        "problem",
-        f"none, although the machine has a GPU{reason}",
-        "Check `rocminfo` lists the GPU; make sure this user can open /dev/kfd and /dev/dri/renderD* "
-        "(video and render groups); unset HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES or make them name "
-        "existing GPUs.",
-    )
+        return Check(name, "problem", M("doctor.gpus.none_wrong_build", reason=reason), M("doctor.fix.rocm_torch"))
+    return Check(name, "problem", M("doctor.gpus.none_has_gpu", reason=reason), M("doctor.gpus.fix_none"))
 
 
 def _target_verdict(target: str, arch_list: set[str | None], override: str | None) -> tuple[str, str]:
@@ -247,50 +240,36 @@ def _target_verdict(target: str, arch_list: set[str | None], override: str | Non
     torch, so which kernels exist is unknown."""
     needed = GFX_OVERRIDES.get(target)
     runs_as = override_target(override) if override else None
+    export = f"export HSA_OVERRIDE_GFX_VERSION={needed}"  # a command: the same in every language
     if not arch_list:
         if needed and override != needed:
-            return f"{target} will need HSA_OVERRIDE_GFX_VERSION={needed} with most ROCm torch builds", f"export HSA_OVERRIDE_GFX_VERSION={needed}"
+            return M("doctor.gfx.will_need_override", target=target, needed=needed), export
         return "", target
     if target in arch_list:
         if override and runs_as != target:
-            return (
-                f"HSA_OVERRIDE_GFX_VERSION={override} is set although torch has kernels for {target}",
-                "Unset HSA_OVERRIDE_GFX_VERSION: code for another target can crash or compute garbage.",
-            )
-        return "", f"torch has kernels for {target}"
+            return M("doctor.gfx.needless_override", target=target, override=override), M("doctor.gfx.fix_unset_override")
+        return "", M("doctor.gfx.has_kernels", target=target)
     if override:
         if needed is not None and override != needed:
-            return (
-                f"{target} needs HSA_OVERRIDE_GFX_VERSION={needed}, not {override}",
-                f"export HSA_OVERRIDE_GFX_VERSION={needed}",
-            )
+            return M("doctor.gfx.wrong_override", target=target, needed=needed, override=override), export
         if runs_as in arch_list:
-            return "", f"{target} runs as {runs_as} (HSA_OVERRIDE_GFX_VERSION={override})"
-        return (
-            f"HSA_OVERRIDE_GFX_VERSION={override} makes {target} run as {runs_as}, which this torch has no kernels for either",
-            f"Install a torch build that lists {target} in torch.cuda.get_arch_list().",
-        )
+            return "", M("doctor.gfx.runs_as", target=target, runs_as=runs_as, override=override)
+        return M("doctor.gfx.override_no_kernels", target=target, runs_as=runs_as, override=override), M("doctor.gfx.fix_install_torch", target=target)
     if needed is not None:
-        return (
-            f"torch has no kernels for {target}: it needs HSA_OVERRIDE_GFX_VERSION={needed}, which is not set",
-            f"export HSA_OVERRIDE_GFX_VERSION={needed} before starting the app (or add it to the preset's env).",
-        )
-    return (
-        f"torch has no kernels for {target}, and no known override fits it",
-        f"Install a torch build that lists {target} in torch.cuda.get_arch_list() (e.g. ROCm's TheRock builds).",
-    )
+        return M("doctor.gfx.override_missing", target=target, needed=needed), M("doctor.gfx.fix_export_before", needed=needed)
+    return M("doctor.gfx.no_kernels", target=target), M("doctor.gfx.fix_install_therock", target=target)
 
 
 def check_gfx_targets(facts: MachineFacts) -> Check:
-    name = "gfx target and HSA_OVERRIDE_GFX_VERSION"
+    name = M("doctor.name.gfx_targets")
     gpus = amd_gpus(facts)
     override = facts.env.get("HSA_OVERRIDE_GFX_VERSION")
     if not gpus:
         if override and amd_gpu_present(facts):
-            return Check(name, "warning", f"no AMD GPU visible; HSA_OVERRIDE_GFX_VERSION={override}")
+            return Check(name, "warning", M("doctor.gfx.no_amd_visible_override", override=override))
         if override:
-            return Check(name, "warning", f"no AMD GPU, but HSA_OVERRIDE_GFX_VERSION={override} is set", "Unset it.")
-        return Check(name, "ok", "no AMD GPU visible" if amd_gpu_present(facts) else "no AMD GPU")
+            return Check(name, "warning", M("doctor.gfx.no_amd_override", override=override), M("doctor.fix.unset_it"))
+        return Check(name, "ok", M("doctor.gfx.no_amd_visible") if amd_gpu_present(facts) else M("doctor.gfx.no_amd"))
     arch_list = {base_target(a) for a in facts.torch.arch_list} if facts.torch.hip_version else set()
     # an integrated GPU beside a discrete one is for the visible-devices check to hide, not to override
     has_discrete = any(not integrated for _, integrated in gpus)
@@ -307,146 +286,118 @@ def check_gfx_targets(facts: MachineFacts) -> Check:
             fixes.append(text)
         else:
             notes.append(text)
-    saw = _count(targets)
-    detail = "; ".join(problems or notes)
-    saw = f"{saw}: {detail}" if detail and detail != saw else saw
+    counted = _count(targets)
+    detail = Joined(problems or notes)
+    saw: str = Joined([counted, detail], ": ") if detail and detail != counted else counted
     if not problems:
         return Check(name, "ok", saw)
     # without a ROCm torch the torch-build check is the problem; this is advice for afterwards
     verdict: Verdict = "problem" if arch_list else "warning"
-    return Check(name, verdict, saw, " ".join(dict.fromkeys(fixes)))
+    return Check(name, verdict, saw, Joined(dict.fromkeys(fixes), " "))
 
 
 def check_visible_devices(facts: MachineFacts) -> Check:
-    name = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES"
+    name = M("doctor.name.visible_devices")
     set_vars = [f"{v}={facts.env[v]!r}" for v in VISIBILITY_VARIABLES if v in facts.env]
+    listed: str = Joined(set_vars, ", ") if set_vars else M("doctor.visible.not_set")
     kfd = list(facts.kfd_gpus or ())
     if not kfd:
         if set_vars and amd_gpu_present(facts):
-            return Check(name, "warning", f"{', '.join(set_vars)}; the KFD topology is not readable to check them")
-        return Check(name, "ok", ", ".join(set_vars) or "not set")
+            return Check(name, "warning", M("doctor.visible.kfd_unreadable", variables=listed))
+        return Check(name, "ok", listed)
     seen = visible_gpus(kfd, facts.env)
-    described = "; ".join(
-        f"GPU {g.index} = {g.gfx or 'unknown'}{' (integrated)' if g.integrated else ''}"
-        + (f" at {g.pci_address}" if g.pci_address else "")
+    described = Joined(
+        M(
+            "doctor.visible.gpu",
+            index=g.index,
+            gfx=g.gfx or M("word.unknown"),
+            integrated=M("doctor.visible.integrated") if g.integrated else "",
+            at=M("doctor.visible.at", address=g.pci_address) if g.pci_address else "",
+        )
         for g in seen
     )
-    prefix = ", ".join(set_vars) if set_vars else "not set"
     if not seen:
-        return Check(
-            name,
-            "problem",
-            f"{prefix}: leaves none of the {len(kfd)} GPUs visible",
-            "Unset them, or list existing GPUs (indices 0.." + str(len(kfd) - 1) + "; ROCR_VISIBLE_DEVICES is applied first).",
-        )
-    saw = f"{prefix}: {len(seen)} of {len(kfd)} GPUs visible: {described}"
+        return Check(name, "problem", M("doctor.visible.none", variables=listed, count=len(kfd)), M("doctor.visible.fix_none", last=len(kfd) - 1))
+    saw = M("doctor.visible.some", variables=listed, seen=len(seen), count=len(kfd), described=described)
     if any(g.integrated for g in seen) and any(not g.integrated for g in seen):
         first_discrete = next(g.index for g in seen if not g.integrated)
-        return Check(
-            name,
-            "warning",
-            saw,
-            "An integrated GPU is visible next to a discrete one: training may land on it, and multi-GPU runs "
-            f"can hang. Hide it, e.g. `export HIP_VISIBLE_DEVICES={first_discrete}`.",
-        )
+        return Check(name, "warning", saw, M("doctor.visible.fix_integrated", index=first_discrete))
     return Check(name, "ok", saw)
 
 
 def check_device_access(facts: MachineFacts) -> Check:
-    name = "access to /dev/kfd and /dev/dri/renderD*"
+    name = M("doctor.name.device_access")
     kfd = next((d for d in facts.devices if d.path == "/dev/kfd"), None)
     renders = [d for d in facts.devices if d.path.startswith("/dev/dri/renderD")]
     if kfd is None or not kfd.exists:
         if not amd_gpu_present(facts):
-            return Check(name, "ok", "no /dev/kfd (no AMD GPU)")
-        return Check(
-            name,
-            "problem",
-            "no /dev/kfd although an AMD GPU is present: the amdgpu driver is not loaded (or, in a container, "
-            "the device was not passed in)",
-            "Load the driver (`sudo modprobe amdgpu`; install amdgpu-dkms from ROCm if it is missing); in Docker "
-            "add `--device /dev/kfd --device /dev/dri`.",
-        )
+            return Check(name, "ok", M("doctor.devices.no_kfd_no_amd"))
+        return Check(name, "problem", M("doctor.devices.no_kfd"), M("doctor.devices.fix_no_kfd"))
     denied = [d.path for d in (kfd, *renders) if not d.accessible]
     if not renders:
-        return Check(name, "problem", "/dev/kfd exists but there is no /dev/dri/renderD*", "In Docker add `--device /dev/dri`.")
+        return Check(name, "problem", M("doctor.devices.no_render"), M("doctor.devices.fix_no_render"))
     if denied:
         groups = sorted({d.group for d in (kfd, *renders) if d.group})
-        return Check(
-            name,
-            "problem",
-            f"no read-write access to {', '.join(denied)} (owned by group {', '.join(groups) or 'unknown'})",
-            "`sudo usermod -aG video,render $USER`, then log out and in again; in Docker `group_add` the host's "
-            "numeric video and render gids.",
-        )
-    return Check(name, "ok", f"read-write on /dev/kfd and {len(renders)} render node(s)")
+        owner = ", ".join(groups) if groups else M("word.unknown")
+        return Check(name, "problem", M("doctor.devices.denied", paths=", ".join(denied), groups=owner), M("doctor.devices.fix_denied"))
+    return Check(name, "ok", M("doctor.devices.ok", count=len(renders)))
 
 
 def check_groups(facts: MachineFacts) -> Check:
-    name = "video and render groups"
+    name = M("doctor.name.groups")
     user = facts.user
     if user.uid == 0:
-        return Check(name, "ok", "running as root: group membership not needed")
+        return Check(name, "ok", M("doctor.groups.root"))
     have = [g for g in GPU_GROUPS if g in user.process_groups]
     missing = [g for g in GPU_GROUPS if g not in user.process_groups]
     if not missing:
-        return Check(name, "ok", f"{user.name} is in {' and '.join(have)}")
+        return Check(name, "ok", M("doctor.groups.member", user=user.name, groups=_and(have)))
     if not amd_gpu_present(facts):
-        return Check(name, "ok", f"{user.name} is not in {' and '.join(missing)}; not needed without an AMD GPU")
+        return Check(name, "ok", M("doctor.groups.not_needed", user=user.name, groups=_and(missing)))
     pending = [g for g in missing if g in user.listed_groups]
     if pending:
-        return Check(
-            name,
-            "problem",
-            f"{user.name} was added to {' and '.join(pending)}, but this session started before that",
-            "Log out and in again (or reboot); `newgrp render` works for one shell.",
-        )
+        return Check(name, "problem", M("doctor.groups.pending", user=user.name, groups=_and(pending)), M("doctor.groups.fix_pending"))
     devices_ok = all(d.accessible for d in facts.devices if d.exists)
-    saw = f"{user.name} is not in {' and '.join(missing)}"
-    fix = f"sudo usermod -aG {','.join(missing)} $USER, then log out and in again."
+    fix = M("doctor.groups.fix_add", groups=",".join(missing))
     if devices_ok and facts.devices:
         # logind gives the desktop user access for the session; an SSH session or a service does not get it
-        return Check(name, "warning", f"{saw}; the devices are accessible anyway (a session ACL)", fix)
-    return Check(name, "problem", saw, fix)
+        return Check(name, "warning", M("doctor.groups.missing_acl", user=user.name, groups=_and(missing)), fix)
+    return Check(name, "problem", M("doctor.groups.missing", user=user.name, groups=_and(missing)), fix)
 
 
 def check_bf16(facts: MachineFacts) -> Check:
-    name = "bf16"
+    name = M("doctor.name.bf16")
     targets = [t for t in dict.fromkeys(amd_targets(facts)) if t != "unknown"]
     if not targets:
         reported = facts.torch.bf16_reported
         if facts.torch.gpus and reported is not None:  # an NVIDIA GPU: torch's answer is right there
             if reported:
-                return Check(name, "ok", "torch reports bf16 supported")
-            return Check(name, "warning", "torch reports bf16 unsupported", "Use fp16 (precision: fp16).")
-        return Check(name, "ok", "no GPU: CPU runs use fp32 (the CPU demo preset)")
+                return Check(name, "ok", M("doctor.bf16.reported_yes"))
+            return Check(name, "warning", M("doctor.bf16.reported_no"), M("doctor.bf16.fix_fp16"))
+        return Check(name, "ok", M("doctor.bf16.no_gpu"))
     without = [t for t in targets if not has_bf16(t)]
     if not without:
-        return Check(name, "ok", f"{', '.join(targets)}: bf16 supported")
-    reported = " (torch.cuda.is_bf16_supported() says True anyway)" if facts.torch.bf16_reported else ""
-    return Check(
-        name,
-        "warning",
-        f"{', '.join(without)}: no bf16 arithmetic{reported}",
-        "Use fp16 (precision: fp16) on this GPU; bf16 would crash or run emulated.",
-    )
+        return Check(name, "ok", M("doctor.bf16.supported", targets=", ".join(targets)))
+    reported = M("doctor.bf16.says_true") if facts.torch.bf16_reported else ""
+    return Check(name, "warning", M("doctor.bf16.unsupported", targets=", ".join(without), reported=reported), M("doctor.bf16.fix_gpu_fp16"))
 
 
 def check_telemetry(facts: MachineFacts) -> Check:
-    name = "telemetry (VRAM chart)"
+    name = M("doctor.name.telemetry")
     if not facts.telemetry:
-        return Check(name, "warning", "the telemetry module reported nothing", "")
+        return Check(name, "warning", M("doctor.telemetry.nothing"), "")
     working = [s for s in facts.telemetry if s.available]
     gpu_working = [s for s in working if s.name != "process"]
     failed = [s for s in facts.telemetry if not s.available]
+    # A source's detail and hint are the telemetry module's own words, shown as written.
     if gpu_working:
-        return Check(name, "ok", f"{gpu_working[0].name} works ({gpu_working[0].detail})")
+        return Check(name, "ok", M("doctor.telemetry.works", source=gpu_working[0].name, detail=gpu_working[0].detail))
     if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
-        source = working[0].name if working else "none"
-        return Check(name, "ok", f"no GPU: the chart shows the training process's memory ({source})")
+        source = working[0].name if working else M("doctor.telemetry.none")
+        return Check(name, "ok", M("doctor.telemetry.process", source=source))
     saw = "; ".join(f"{s.name}: {s.detail}" for s in failed)
     hints = " ".join(dict.fromkeys(s.hint for s in failed if s.hint))
-    return Check(name, "warning", f"no GPU source works ({saw})", hints)
+    return Check(name, "warning", M("doctor.telemetry.no_gpu_source", sources=saw), hints)
 
 
 def _library(facts: MachineFacts, name: str) -> LibraryFact:
@@ -454,74 +405,60 @@ def _library(facts: MachineFacts, name: str) -> LibraryFact:
 
 
 def check_bitsandbytes(facts: MachineFacts) -> Check:
-    name = "bitsandbytes (QLoRA)"
+    name = M("doctor.name.bitsandbytes")
     lib = _library(facts, "bitsandbytes")
     gpu = amd_gpu_present(facts) or bool(facts.torch.gpus)
-    install = (
-        "Install a bitsandbytes with a ROCm backend (recent releases build for ROCm; or build "
-        "github.com/ROCm/bitsandbytes) to offer QLoRA."
-    )
+    install = M("doctor.bnb.fix_install")
     if lib.version is None:
         if not gpu:
-            return Check(name, "ok", "not installed; QLoRA needs a GPU anyway")
-        return Check(name, "warning", "not installed: QLoRA (4/8-bit) is unavailable", install)
+            return Check(name, "ok", M("doctor.bnb.not_installed_cpu"))
+        return Check(name, "warning", M("doctor.bnb.not_installed"), install)
     if lib.error:
-        return Check(name, "warning", f"bitsandbytes {lib.version} is installed but broken: {lib.error}", install)
+        return Check(name, "warning", M("doctor.bnb.broken", version=lib.version, error=lib.error), install)
+    backend = lib.backend or M("word.unknown")
     if facts.torch.hip_version and lib.backend != "ROCm":
-        return Check(name, "warning", f"bitsandbytes {lib.version} runs the {lib.backend or 'unknown'} backend, not ROCm", install)
-    return Check(name, "ok", f"bitsandbytes {lib.version}, {lib.backend or 'unknown'} backend")
+        return Check(name, "warning", M("doctor.bnb.not_rocm", version=lib.version, backend=backend), install)
+    return Check(name, "ok", M("doctor.bnb.ok", version=lib.version, backend=backend))
 
 
 def check_flash_attn(facts: MachineFacts) -> Check:
-    name = "flash-attn"
+    name = M("doctor.name.flash_attn")
     lib = _library(facts, "flash_attn")
     if lib.version is None:
-        return Check(name, "ok", "not installed: attention uses PyTorch SDPA (flash_attn: sdpa)")
+        return Check(name, "ok", M("doctor.flash.not_installed"))
     if lib.error:
-        return Check(
-            name,
-            "warning",
-            f"flash-attn {lib.version} is installed but fails to import: {lib.error}",
-            "Use `flash_attn: sdpa`, or reinstall flash-attn built for this torch (ROCm: the CK or Triton build).",
-        )
-    return Check(name, "ok", f"flash-attn {lib.version} ({lib.backend or 'backend unknown'})")
+        return Check(name, "warning", M("doctor.flash.broken", version=lib.version, error=lib.error), M("doctor.flash.fix_broken"))
+    return Check(name, "ok", M("doctor.flash.ok", version=lib.version, backend=lib.backend or M("doctor.flash.backend_unknown")))
 
 
 def check_deepspeed(facts: MachineFacts) -> Check:
-    name = "deepspeed"
+    name = M("doctor.name.deepspeed")
     lib = _library(facts, "deepspeed")
     gpu_count = len(facts.torch.gpus) or len(facts.kfd_gpus or ())
     if lib.version is not None:
         return Check(name, "ok", f"deepspeed {lib.version}")
     if gpu_count > 1:
-        return Check(name, "warning", f"not installed, and {gpu_count} GPUs are here: ZeRO sharding is unavailable",
-                     "`pip install deepspeed` for ZeRO-2/3 across GPUs.")
-    return Check(name, "ok", "not installed (only needed for ZeRO across several GPUs)")
+        return Check(name, "warning", M("doctor.deepspeed.missing_gpus", count=gpu_count), M("doctor.deepspeed.fix_install"))
+    return Check(name, "ok", M("doctor.deepspeed.not_installed"))
 
 
 def check_liger_kernel(facts: MachineFacts) -> Check:
+    name = M("doctor.name.liger_kernel")
     lib = _library(facts, "liger-kernel")
     if lib.version is None:
-        return Check("liger-kernel", "ok", "not installed (optional: `enable_liger_kernel` saves memory)")
-    return Check("liger-kernel", "ok", f"liger-kernel {lib.version}")
+        return Check(name, "ok", M("doctor.liger.not_installed"))
+    return Check(name, "ok", f"liger-kernel {lib.version}")
 
 
 def check_llamafactory(facts: MachineFacts) -> Check:
-    name = "LLaMA-Factory"
-    versions = ", ".join(f"{k} {v or 'missing'}" for k, v in facts.versions.items())
+    name = M("doctor.name.llamafactory")
+    versions = Joined((f"{k} {v}" if v else M("doctor.version_missing", name=k) for k, v in facts.versions.items()), ", ")
     if facts.llamafactory_cli is None or facts.versions.get("llamafactory") is None:
-        return Check(
-            name,
-            "problem",
-            f"llamafactory-cli not found ({versions})",
-            "`make setup` (or `pip install -r requirements.txt` in the app's environment).",
-            "any",
-        )
+        return Check(name, "problem", M("doctor.lf.not_found", versions=versions), M("doctor.lf.fix_setup"), "any")
     missing = [k for k, v in facts.versions.items() if v is None]
     if missing:
-        return Check(name, "problem", f"{facts.llamafactory_cli}; missing: {', '.join(missing)} ({versions})",
-                     "`pip install -r requirements.txt`.", "any")
-    return Check(name, "ok", f"{facts.llamafactory_cli} ({versions})")
+        return Check(name, "problem", M("doctor.lf.missing", cli=facts.llamafactory_cli, missing=", ".join(missing), versions=versions), M("doctor.lf.fix_install"), "any")
+    return Check(name, "ok", M("doctor.lf.ok", cli=facts.llamafactory_cli, versions=versions))
 
 
 CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (

@@ -1,4 +1,4 @@
-"""`python app.py doctor [--json]` (also `python -m backend.doctor_cli`): is this machine ready
+"""`python app.py doctor [--json] [--lang zh-CN]` (also `python -m backend.doctor_cli`): is this machine ready
 to fine-tune on its AMD GPU? One line per check: verdict, what was seen, and the fix.
 
 Exit status: 0 when nothing would break a run, 1 when a check found a problem. A CPU-only
@@ -14,20 +14,23 @@ from dataclasses import asdict
 from pathlib import Path
 
 from backend.doctor import Check, blocking_problems, facts_to_json, gather_facts, run_checks
+from backend.i18n import DEFAULT_LOCALE, LOCALES, localized, translate
 
-MARKS = {"ok": "ok", "warning": "WARN", "problem": "PROBLEM"}
+MARKS = {"ok": "ok", "warning": "WARN", "problem": "PROBLEM"}  # fixed marks: scripts grep them
 
 
-def format_check(check: Check) -> str:
-    line = f"[{MARKS[check.verdict]:>7}] {check.name}: {check.saw}"
+def format_check(check: Check, locale: str = DEFAULT_LOCALE) -> str:
+    """One check's line in `locale` (its words are messages; English by default)."""
+    line = f"[{MARKS[check.verdict]:>7}] {localized(check.name, locale)}: {localized(check.saw, locale)}"
     if check.fix and check.verdict != "ok":
-        line += f"\n          fix: {check.fix}"
+        line += "\n          " + translate("doctor.cli.fix", locale, fix=localized(check.fix, locale))
     return line
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="app.py doctor", description="Check this machine for ROCm fine-tuning.")
     parser.add_argument("--json", action="store_true", help="print one JSON object: checks, blocking problems, facts")
+    parser.add_argument("--lang", choices=LOCALES, default=DEFAULT_LOCALE, help="the language of the report (default: en)")
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"), metavar="DIR", help=argparse.SUPPRESS)
     return parser
 
@@ -35,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if not args.json:
-        print("Checking this machine (importing torch in a subprocess takes a few seconds)...", file=sys.stderr, flush=True)
+        print(translate("doctor.cli.checking", args.lang), file=sys.stderr, flush=True)
     facts = gather_facts(sysfs_root=args.sysfs_root)
     checks = run_checks(facts)
     blocking = blocking_problems(checks)
@@ -52,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         for check in checks:
-            print(format_check(check))
+            print(format_check(check, args.lang))
         if blocking:
-            print(f"\n{len(blocking)} problem(s) would break a GPU run: fix them first.")
+            print("\n" + translate("doctor.blocking", args.lang, count=len(blocking)))
         else:
-            print("\nNothing blocks a run here.")
+            print("\n" + translate("doctor.nothing_blocks", args.lang))
     return 1 if blocking else 0
 
 

@@ -41,14 +41,16 @@ class Finding:
         **params: Any,
     ) -> "Finding":
         """A finding whose words are the catalogue's `check.<message or rule>.problem` / `.fix`,
-        filled with `params`; `problem` and `fix` hold the English rendering (command line)."""
+        filled with `params` (and `{key}` with the finding's key); `problem` and `fix` hold the
+        English rendering (command line)."""
         from backend.i18n import render_message
 
         message_id = message or rule
+        values = {"key": key, **params}  # `{key}` in a message is the finding's key
         return cls(
             key=key,
-            problem=render_message(f"check.{message_id}.problem", params, "en"),
-            fix=render_message(f"check.{message_id}.fix", params, "en"),
+            problem=render_message(f"check.{message_id}.problem", values, "en"),
+            fix=render_message(f"check.{message_id}.fix", values, "en"),
             severity=severity,
             rule=rule,
             patch=dict(patch or {}),
@@ -62,9 +64,10 @@ class Finding:
 
         if self.params is not None:
             message_id = self.message or self.rule
+            values = {"key": self.key, **self.params}
             return (
-                render_message(f"check.{message_id}.problem", self.params, locale),
-                render_message(f"check.{message_id}.fix", self.params, locale),
+                render_message(f"check.{message_id}.problem", values, locale),
+                render_message(f"check.{message_id}.fix", values, locale),
             )
         return (
             translate_message(self.rule, "problem", self.problem, locale),

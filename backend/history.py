@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from backend import safe_files
+from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
 from backend.logs import (
     MAX_LINE_BYTES,
@@ -44,6 +45,13 @@ from backend.runs import (
 )
 
 HISTORY_HEADERS: tuple[str, ...] = ("Run", "Name", "Preset", "Model", "State", "Steps", "Last loss", "Duration", "Started")
+# The message id of each column header (runs.column.*), in HISTORY_HEADERS' order.
+HISTORY_COLUMNS: tuple[str, ...] = ("run", "name", "preset", "model", "state", "steps", "last_loss", "duration", "started")
+
+
+def history_headers(locale: str = "en") -> list[str]:
+    """The runs table's column headers in `locale`."""
+    return [translate(f"runs.column.{column}", locale) for column in HISTORY_COLUMNS]
 
 TAIL_BYTES = 16 * 1024  # ~50 trainer-log lines; doubled until a line with a loss turns up
 # ... up to this window (~13 000 lines; 8 MiB read in all): a log whose last 4 MiB hold no
@@ -321,12 +329,15 @@ def format_started(created: str) -> str:
         return created
 
 
-def summaries_table(summaries: Sequence[RunSummary]) -> list[list[Any]]:
-    """Rows for a gr.Dataframe whose headers are HISTORY_HEADERS."""
+def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list[list[Any]]:
+    """Rows for a gr.Dataframe whose headers are `history_headers(locale)`; the state words
+    are the catalogue's (state.*)."""
     rows = []
     for s in summaries:
         steps = "" if s.step is None else (f"{s.step} / {s.total_steps}" if s.total_steps else str(s.step))
-        state = s.state if s.attempts <= 1 else f"{s.state} (attempt {s.attempts})"
+        state = translate(f"state.{s.state}", locale) if f"state.{s.state}" in CATALOGUE[DEFAULT_LOCALE] else s.state
+        if s.attempts > 1:
+            state = translate("runs.state_attempt", locale, state=state, attempts=s.attempts)
         rows.append([s.id, s.name, s.preset, short_model(s.model), state, steps, format_loss(s.last_loss), format_duration(s.duration_s), format_started(s.created)])
     return rows
 
@@ -338,7 +349,7 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MAX_DISPLAY_POINTS) -> dict:
+def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MAX_DISPLAY_POINTS, locale: str = "en") -> dict:
     """A plotly figure dict with one smoothed loss line per run, over steps."""
     data = []
     missing = []
@@ -364,45 +375,31 @@ def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MA
                 "x": [steps[i] for i in keep],
                 "y": [_json_number(smoothed[i]) for i in keep],
                 "line": {"color": OVERLAY_COLORS[index % len(OVERLAY_COLORS)], "width": 2},
-                "hovertemplate": f"{label}<br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>",
+                "hovertemplate": f"{label}<br>{translate('chart.step', locale)} %{{x}}<br>{translate('chart.loss_series', locale)} %{{y:.4f}}<extra></extra>",
             }
         )
-    title = "Training loss (smoothed)"
+    title = translate("chart.overlay_title", locale)
     if missing:
-        title += f" — not found: {', '.join(missing)}"
+        title = translate("chart.overlay_title_missing", locale, runs=", ".join(missing))
     layout: dict[str, Any] = {
         **LIGHT_LAYOUT,
         "title": {"text": title},
-        "xaxis": {"title": {"text": "step"}},
-        "yaxis": {"title": {"text": "loss"}},
+        "xaxis": {"title": {"text": translate("chart.step", locale)}},
+        "yaxis": {"title": {"text": translate("chart.loss_series", locale)}},
         "showlegend": True,
     }
     if not any(trace["x"] for trace in data):
-        layout["annotations"] = [{"text": "No loss points to compare yet.", "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
+        layout["annotations"] = [{"text": translate("chart.overlay_empty", locale), "showarrow": False, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5}]
     return {"data": data, "layout": layout}
 
 
-def delete_run(store: RunStore, run_id: str, confirm: str) -> str | None:
-    """Deletes a run that is not training when `confirm` repeats its id; returns why not,
-    or None when it was deleted. (The caller settles a stale "running" state first.)"""
-    try:
-        state = store.read(run_id)
-    except RunNotFound as error:
-        return str(error)
-    if confirm != run_id:
-        return f"To delete run {run_id}, confirm with its id."
-    if state.active:
-        return f"Run {run_id} is {state.state}: stop it before deleting it."
-    store.delete(run_id)
-    return None
-
-
 __all__ = [
+    "HISTORY_COLUMNS",
     "HISTORY_HEADERS",
     "LogTail",
     "RunSummary",
-    "delete_run",
     "format_duration",
+    "history_headers",
     "overlay_figure",
     "read_curve",
     "read_log_tail",

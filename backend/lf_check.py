@@ -84,34 +84,18 @@ def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float
             check=False,
         )
     except subprocess.TimeoutExpired:
-        finding = Finding(
-            GENERAL_KEY,
-            f"LLaMA-Factory's own check did not answer within {timeout_s:g} s.",
-            "Try again when the machine is less busy, or skip this check (--no-llamafactory).",
-            severity="warning",
-            rule="lf-timeout",
-        )
+        finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
         return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
     seconds = time.perf_counter() - started
     answer = _last_json_line(done.stdout)
     if answer is None:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        finding = Finding(
-            GENERAL_KEY,
-            f"LLaMA-Factory's own check failed to run (exit {done.returncode}: {tail[:300]}).",
-            "Check that llamafactory is installed in this Python environment (`llamafactory-cli version`).",
-            severity="warning",
-            rule="lf-unavailable",
-        )
+        # The helper's last line of output is the tool's own words: shown as written.
+        finding = Finding.of(GENERAL_KEY, "lf-unavailable", severity="warning", code=done.returncode, output=tail[:300])
         return WorkerAnswer([[finding] for _ in configs], seconds, None)
     if not answer.get("ok"):
         error = answer.get("error", {})
-        finding = Finding(
-            GENERAL_KEY,
-            f"LLaMA-Factory cannot be imported here ({error.get('type')}: {str(error.get('message'))[:300]}); a run would fail the same way.",
-            "Install the versions in requirements.txt into this environment (`make setup`).",
-            rule="lf-import-failed",
-        )
+        finding = Finding.of(GENERAL_KEY, "lf-import-failed", error=f"{error.get('type')}: {str(error.get('message'))[:300]}")
         return WorkerAnswer([[finding] for _ in configs], seconds, None)
     per_config = [findings_from_result(result, config) for result, config in zip(answer["results"], configs)]
     return WorkerAnswer(per_config, seconds, answer.get("import_s"))
@@ -140,23 +124,17 @@ def findings_from_result(result: dict[str, Any], args: dict[str, Any]) -> list[F
     for key in result.get("unknown_keys", []):
         guess = did_you_mean(key, names.keys)
         findings.append(
-            Finding(
+            Finding.of(
                 key,
-                f"LLaMA-Factory has no key `{key}`; its parser refuses the whole file.",
-                _unknown_key_fix(key, guess, args),
-                rule="lf-unknown-key",
+                "lf-unknown-key",
+                message=_unknown_key_message(guess, args),
                 patch={key: None, guess: args.get(key)} if guess and guess not in args else {key: None},
+                guess=guess or "",
             )
         )
     for bad in result.get("bad_values", []):
-        findings.append(
-            Finding(
-                bad["key"],
-                f"LLaMA-Factory expects {bad['expected']} for `{bad['key']}`, not {bad['value']}.",
-                f"Set `{bad['key']}` to {bad['expected']}.",
-                rule="lf-bad-value",
-            )
-        )
+        message, params = _expected_message(str(bad["expected"]))
+        findings.append(Finding.of(bad["key"], "lf-bad-value", message=message, value=bad["value"], **params))
     error = result.get("error")
     if error and not any(re.search(p, str(error.get("message", ""))) for p in _LAUNCH_CONTEXT_MESSAGES):
         findings.append(_finding_from_error(error, args))
@@ -172,39 +150,58 @@ _LAUNCH_CONTEXT_MESSAGES = (
 )
 
 
-def _unknown_key_fix(key: str, guess: str | None, args: dict[str, Any]) -> str:
+def _unknown_key_message(guess: str | None, args: dict[str, Any]) -> str:
+    """The message id of an unknown key's fix: remove it, rename it, or remove it because the
+    key it resembles is already set."""
     if guess is None:
-        return f"Remove `{key}`."
-    if guess in args:
-        return f"Remove `{key}` (did you mean `{guess}`? It is already set)."
-    return f"Rename it to `{guess}`."
+        return ""
+    return "lf-unknown-key-already-set" if guess in args else "lf-unknown-key-rename"
 
 
-# LLaMA-Factory and transformers messages that deserve plainer words: (pattern, key, problem, fix).
-_KNOWN_MESSAGES: tuple[tuple[str, str, str, str], ...] = (
-    (r"At most one of fp16 and bf16", "bf16", "bf16 and fp16 are both true.", "Set only one of bf16 or fp16 to true."),
-    (r"Invalid fine-tuning method", "finetuning_type", "finetuning_type is not one LLaMA-Factory knows.", "Use lora, freeze or full (QLoRA is lora plus quantization_bit: 4)."),
-    (r"Quantization is only compatible with the LoRA", "quantization_bit", "quantization_bit (QLoRA) only works with LoRA.", "Set finetuning_type: lora, or remove quantization_bit."),
-    (r"Cannot use device map for quantized models in training", "quantization_device_map", "A device map cannot be used when training a quantized model.", "Remove quantization_device_map."),
-    (r"Please specify dataset for training", "dataset", "No dataset is named.", "Set dataset to a name from dataset_info.json."),
-    (r"Please provide `model_name_or_path`", "model_name_or_path", "No model is named.", "Set model_name_or_path to the model's local directory."),
-    (r"requires non-zero --logging_steps", "logging_steps", "logging_steps is 0.", "Set logging_steps to 1 or more."),
-    (r"requires non-zero --save_steps", "save_steps", "save_steps is 0.", "Set save_steps to 1 or more."),
+# lf_check_worker.py's words for what a key takes (its `_bad_value`), by message id: the page
+# renders them in its language. A wording the worker adds later is shown as written.
+_EXPECTED_MESSAGES = {
+    "a whole number": "lf-bad-value-int",
+    "a number": "lf-bad-value-float",
+    "true or false": "lf-bad-value-bool",
+    "a text value": "lf-bad-value-text",
+}
+
+
+def _expected_message(expected: str) -> tuple[str, dict[str, str]]:
+    """(message id, its parameters) of "LLaMA-Factory expects <expected>"."""
+    if expected in _EXPECTED_MESSAGES:
+        return _EXPECTED_MESSAGES[expected], {}
+    if expected.startswith("one of "):
+        return "lf-bad-value-choice", {"choices": expected[len("one of ") :]}
+    return "", {"expected": expected}
+
+
+# LLaMA-Factory and transformers messages that deserve plainer words: (pattern, key, message
+# id); the words are the catalogue's `check.<message id>.problem` / `.fix`.
+_KNOWN_MESSAGES: tuple[tuple[str, str, str], ...] = (
+    (r"At most one of fp16 and bf16", "bf16", "lf-rejected-bf16-fp16"),
+    (r"Invalid fine-tuning method", "finetuning_type", "lf-rejected-finetuning-type"),
+    (r"Quantization is only compatible with the LoRA", "quantization_bit", "lf-rejected-quantization-lora"),
+    (r"Cannot use device map for quantized models in training", "quantization_device_map", "lf-rejected-device-map"),
+    (r"Please specify dataset for training", "dataset", "lf-rejected-no-dataset"),
+    (r"Please provide `model_name_or_path`", "model_name_or_path", "lf-rejected-no-model"),
+    (r"requires non-zero --logging_steps", "logging_steps", "lf-rejected-logging-steps"),
+    (r"requires non-zero --save_steps", "save_steps", "lf-rejected-save-steps"),
 )
 
 
 def _finding_from_error(error: dict[str, str], args: dict[str, Any]) -> Finding:
     message = str(error.get("message", "")).strip()
-    for pattern, key, problem, fix in _KNOWN_MESSAGES:
+    for pattern, key, message_id in _KNOWN_MESSAGES:
         if re.search(pattern, message):
-            return Finding(key, problem, fix, rule="lf-rejected")
+            return Finding.of(key, "lf-rejected", message=message_id)
     key = _key_named_in(message, args)
-    return Finding(
-        key,
-        f"LLaMA-Factory refuses this config: {message[:400] or error.get('type')}",
-        f"Change `{key}` as the message says." if key != GENERAL_KEY else "Change the config as the message says.",
-        rule="lf-rejected",
-    )
+    # LLaMA-Factory's own message stays as written, inside our sentence.
+    said = message[:400] or str(error.get("type"))
+    if key == GENERAL_KEY:
+        return Finding.of(key, "lf-rejected", message="lf-rejected-any-key", said=said)
+    return Finding.of(key, "lf-rejected", said=said)
 
 
 def _key_named_in(message: str, args: dict[str, Any]) -> str:

@@ -35,7 +35,7 @@ import re
 import secrets
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ import yaml
 
 from backend import safe_files
 from backend.findings import Finding
+from backend.i18n import DEFAULT_LOCALE, Message, render_message
 from backend.logs import TRAINER_LOG
 from backend.runs import (
     CONFIG_FILE,
@@ -112,15 +113,38 @@ class ResumePlan:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a run cannot be resumed, and what to do instead."""
+    """Why a run cannot be resumed, and what to do instead: a message id and its values, so
+    the page says it in its own language (`text(locale)`, `finding()`)."""
 
     run_id: str
-    problem: str
-    fix: str
     rule: str  # run-missing, run-active, run-finished, no-config, no-checkpoint, all-steps-done
+    # The words are the catalogue's `check.<message>.problem` / `.fix` ("resume-<rule>", or
+    # "resume-checkpoint-gone" for a checkpoint that broke after the plan).
+    message: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def message_id(self) -> str:
+        return self.message or f"resume-{self.rule}"
+
+    def text(self, locale: str = DEFAULT_LOCALE) -> tuple[str, str]:
+        """(problem, fix) in `locale`."""
+        return (
+            render_message(f"check.{self.message_id}.problem", self.params, locale),
+            render_message(f"check.{self.message_id}.fix", self.params, locale),
+        )
+
+    @property
+    def problem(self) -> str:  # English: the command line, logs, the exception's text
+        return self.text()[0]
+
+    @property
+    def fix(self) -> str:
+        return self.text()[1]
 
     def finding(self) -> Finding:
-        return Finding("resume", self.problem, self.fix, rule=f"resume-{self.rule}")
+        """The refusal as a finding about the resume, in any locale."""
+        return Finding.of("resume", f"resume-{self.rule}", message=self.message_id, **self.params)
 
 
 class ResumeRefused(RuntimeError):
@@ -299,43 +323,29 @@ def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
         state = store.read(run_id)
         run_dir = store.run_dir(run_id)
     except RunNotFound as error:
-        return Refusal(str(run_id), f"There is no run {run_id!r} to resume ({error}).", "Pick a run from the Runs list.", "run-missing")
+        # The error names the run id as the store saw it (shown as written).
+        return Refusal(str(run_id), "run-missing", params={"run_id": repr(run_id), "error": str(error)})
     if state.active:
-        return Refusal(
-            run_id,
-            f"Run {run_id} is still {state.state}; a run that trains cannot be resumed.",
-            "Wait for it to end, or stop it first.",
-            "run-active",
-        )
+        return Refusal(run_id, "run-active", params={"run_id": run_id, "state": state.state})
     if state.state == "finished":
-        return Refusal(
-            run_id,
-            f"Run {run_id} finished all its steps; resuming it would train past its end.",
-            "To train further, start a new run (with more steps, or from its adapter).",
-            "run-finished",
-        )
+        return Refusal(run_id, "run-finished", params={"run_id": run_id})
     if not isinstance(_config_args(run_dir), dict):
-        return Refusal(run_id, f"Run {run_id} has no {CONFIG_FILE}, so it cannot be started again.", "Start a new run with the same settings.", "no-config")
+        return Refusal(run_id, "no-config", params={"run_id": run_id, "file": CONFIG_FILE})
     info, skipped = latest_complete_checkpoint(run_dir)
     logged = _last_logged_step(run_dir)
     if info is None:
         save_steps = _config_value(run_dir, "save_steps")
-        every = ""
+        # Clauses of the sentence, each a message of its own (empty when it does not apply).
+        every: Message | str = ""
         if save_steps:
-            every = f" (it saves one every {save_steps} steps" + (f"; it ended at step {logged})" if logged else ")")
-        half = f" Incomplete, not used: {', '.join(skipped)}." if skipped else ""
-        return Refusal(
-            run_id,
-            f"Run {run_id} has no complete checkpoint to resume from{every}.{half}",
-            "Start it again from the beginning; to be able to resume sooner, lower Save steps.",
-            "no-checkpoint",
-        )
+            every = Message("resume.saves-every-ended", save_steps=save_steps, step=logged) if logged else Message("resume.saves-every", save_steps=save_steps)
+        half: Message | str = Message("resume.incomplete-skipped", names=", ".join(skipped)) if skipped else ""
+        return Refusal(run_id, "no-checkpoint", params={"run_id": run_id, "every": every, "skipped": half})
     if info.max_steps is not None and info.step >= info.max_steps:
         return Refusal(
             run_id,
-            f"{info.path.name} of run {run_id} already holds all {info.max_steps} steps; there is nothing left to train.",
-            f"Use the adapter in {OUTPUT_DIR}/{info.path.name}/, or start a new run with more steps.",
             "all-steps-done",
+            params={"run_id": run_id, "checkpoint": info.path.name, "steps": info.max_steps, "output": OUTPUT_DIR},
         )
     return ResumePlan(
         run_id=run_id,
@@ -441,7 +451,7 @@ def prepare_resume(store: RunStore, run_id: str, plan: ResumePlan | None = None)
     state = store.read(run_id)
     info = checkpoint_info(plan.checkpoint, run_dir.resolve())
     if info is None:
-        raise ResumeRefused(Refusal(run_id, f"{plan.checkpoint.name} is no longer a complete checkpoint.", "Ask for the resume again.", "no-checkpoint"))
+        raise ResumeRefused(Refusal(run_id, "no-checkpoint", message="resume-checkpoint-gone", params={"checkpoint": plan.checkpoint.name}))
     archive_attempt(run_dir, state.attempts)
     output = run_dir / OUTPUT_DIR
     recovered = repair_trainer_log(output, info)

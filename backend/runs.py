@@ -57,12 +57,19 @@ class RunState:
     pid: int | None = None
     pid_started: float | None = None  # the process's start time: a pid alone can be reused
     exit_code: int | None = None
+    # Why the run ended: a message id ("reason.*", with its values in stop_reason_params),
+    # rendered in the page's language by backend/view.py. A state file written before ids
+    # holds an English sentence here, shown as written.
     stop_reason: str = ""
     started_at: float | None = None
     ended_at: float | None = None
     command: tuple[str, ...] = ()
     resumed_from: str = ""  # checkpoint directory of the last resume, if any
     attempts: int = 1
+    stop_reason_params: dict[str, Any] = field(default_factory=dict, hash=False)
+    # Saved with the run, so that the backend stops it on a NaN/inf loss or exploding
+    # gradients whether or not a page is open (backend/service/decisions.py).
+    stop_on_nan: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -134,9 +141,10 @@ class RunStore:
         )
         staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         try:
-            for filename, text in files.items():
+            # Plain writes: nobody reads the hidden staging dir, and the run appears whole
+            # (files and state together) with the one rename below.
+            for filename, text in {**files, STATE_FILE: json.dumps(state.to_json(), indent=2)}.items():
                 (staging / filename).write_text(text, encoding="utf-8")
-            _write_json(staging / STATE_FILE, state.to_json())
             os.rename(staging, self.root / run_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -187,11 +195,3 @@ class RunStore:
         doomed = self.root / f".deleting-{secrets.token_hex(8)}"
         os.rename(path, doomed)
         shutil.rmtree(doomed)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    """Atomic: a reader sees the old file or the new one, never half of one. Only for a
-    directory the app just made itself (a new run's staging dir)."""
-    tmp = path.with_name(safe_files.temp_name(path.name))
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)

@@ -2,7 +2,8 @@
 
 Kept out of ui/ so the widgets only wire events to these functions, and so the wording
 can be tested (and translated) without a browser. Every sentence goes through the
-catalogue in backend/i18n.py; `locale` is "en" or "zh-CN".
+catalogue (backend/i18n/locales/*.yaml) at this edge: the backend hands over message ids and
+their values; `locale` is "en" or "zh-CN".
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import re
 import time
 from dataclasses import dataclass
 
+from backend.diagnose import Alert
 from backend.findings import Finding
+from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
 from backend.i18n import translate as t
-from backend.service import RunSnapshot
+from backend.schema import STRATEGIES
+from backend.snapshot import RunSnapshot
 
 # Which form field a config key's finding belongs next to.
 KEY_TO_FIELD = {
@@ -173,6 +177,15 @@ def _bar(percent: float, text: str) -> str:
     )
 
 
+def stop_reason_text(run, locale: str = "en") -> str:
+    """Why a run ended, in `locale`: its state holds a message id (`reason.*`) and values; a
+    state file written before ids holds an English sentence, shown as written."""
+    reason = run.stop_reason or ""
+    if reason.startswith("reason.") and reason in CATALOGUE[DEFAULT_LOCALE]:
+        return render_message(reason, getattr(run, "stop_reason_params", None) or {}, locale)
+    return reason
+
+
 def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = "", locale: str = "en") -> str:
     if snapshot is None:
         return t("status.idle", locale)
@@ -183,7 +196,7 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
         code = t("word.unknown", locale) if run.exit_code is None else escape_markdown(run.exit_code)
         lines.append(t("status.exit_code", locale, code=code))
         if run.stop_reason:
-            lines.append(escape_markdown(run.stop_reason))
+            lines.append(escape_markdown(stop_reason_text(run, locale)))
         if cause:
             lines.append(f"**{t('word.cause', locale)}:** {markdown_message(cause)}")
         if fix:
@@ -210,7 +223,9 @@ def run_gone_markdown(run_id: str, locale: str = "en") -> str:
 def alert_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
     if not snapshot.alert:
         return ""
-    return f"⚠ **{t('word.alert', locale)}:** {escape_markdown(snapshot.alert)}"
+    # An Alert (backend/diagnose.py) is an id and its values: rendered in the page's language.
+    text = snapshot.alert.text(locale) if isinstance(snapshot.alert, Alert) else snapshot.alert
+    return f"⚠ **{t('word.alert', locale)}:** {escape_markdown(text)}"
 
 
 def memory_title(snapshot: RunSnapshot, locale: str = "en") -> str:
@@ -274,10 +289,13 @@ def checks_markdown(checks, locale: str = "en") -> str:
     icons = {"ok": "✅", "warning": "⚠️", "problem": "❌"}
     rows = [f"| | {t('doctor.check', locale)} | {t('doctor.saw', locale)} | {t('word.fix', locale)} |", "|---|---|---|---|"]
     for check in checks:
+        # A check's words are messages (backend/doctor.py): rendered in the page's language,
+        # with what the machine said inside them as written.
+        name, saw, fix = (localized(part, locale) for part in (check.name, check.saw, check.fix))
         # markdown_message escapes "|" outside code spans; inside one it would still end the cell.
-        saw = markdown_message(check.saw).replace("|", "\\|") if "`" in check.saw else markdown_message(check.saw)
-        fix = markdown_message(check.fix).replace("|", "\\|") if "`" in check.fix else markdown_message(check.fix)
-        rows.append(f"| {icons.get(check.verdict, '')} {t('verdict.' + check.verdict, locale)} | {escape_markdown(check.name)} | {saw} | {fix} |")
+        saw = markdown_message(saw).replace("|", "\\|") if "`" in saw else markdown_message(saw)
+        fix = markdown_message(fix).replace("|", "\\|") if "`" in fix else markdown_message(fix)
+        rows.append(f"| {icons.get(check.verdict, '')} {t('verdict.' + check.verdict, locale)} | {escape_markdown(name)} | {saw} | {fix} |")
     return "\n".join(rows)
 
 
@@ -297,10 +315,18 @@ def preset_notes_markdown(preset, locale: str = "en") -> str:
     return f"{text}  \n{markdown_message(notes)}" if notes else text
 
 
-def doctor_blockers_markdown(checks) -> str:
-    """The doctor's problems that would break a run, for beside Start (what they saw is the
-    machine's own text: escaped)."""
-    return "\n".join(f"❌ **{escape_markdown(c.name)}:** {markdown_message(c.saw)} — {markdown_message(c.fix)}" for c in checks)
+def doctor_blockers_markdown(checks, locale: str = "en") -> str:
+    """The doctor's problems that would break a run, for beside Start, in the page's language
+    (what the machine said inside them is its own text: escaped)."""
+    return "\n".join(
+        f"❌ **{escape_markdown(localized(c.name, locale))}:** {markdown_message(localized(c.saw, locale))} — {markdown_message(localized(c.fix, locale))}"
+        for c in checks
+    )
+
+
+def strategy_choices(locale: str = "en") -> list[tuple[str, str]]:
+    """The Multi-GPU strategies as (label in `locale`, value) pairs for a dropdown's choices."""
+    return [(t(f"strategy.{strategy}", locale), strategy) for strategy in STRATEGIES]
 
 
 PROGRESS_CSS = """

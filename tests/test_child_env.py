@@ -49,9 +49,10 @@ from backend.distributed import (
 )
 from backend.findings import Finding
 from backend.i18n import translate_finding
-from backend.launcher import OFFLINE_ENV, Launcher, trainer_env
+from backend.launcher import OFFLINE_ENV, trainer_env
 from backend.presets import PRESETS_DIR, load_presets
 from backend.runs import LOG_FILE, RunStore
+from tests.harness import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_VALUE = "hunter2-s3cret-value"
@@ -66,16 +67,6 @@ SECRETS = {
     "NCCL_API_KEY": SECRET_VALUE,  # an allowed prefix does not make a secret inheritable
     "GRADIO_SERVER_NAME": "0.0.0.0",
 }
-
-
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 def browser_attack(marker: Path) -> str:
@@ -330,7 +321,7 @@ def test_start_with_hostile_rccl_lines_refuses_and_runs_nothing(board, tmp_path:
     if attack != "ld-preload-and-path":
         # The payload is live: on a bare python, these variables do create the marker.
         run_bare_python(lines)
-        assert wait_for(marker.exists), "the attack no longer works on this Python; pick another payload"
+        assert wait_for(marker.exists, timeout=10), "the attack no longer works on this Python; pick another payload"
         marker.unlink()
 
     form = {**demo_form(), **plan_to_form(DistributedPlan(on_cpu=True)), **spread, "dist_master_addr": "127.0.0.1", "dist_rccl_env": lines}
@@ -411,16 +402,6 @@ def secret_environment(monkeypatch):
 
 def no_secret_in(env: dict[str, str]) -> list[str]:
     return sorted(name for name, value in env.items() if name in SECRETS or SECRET_VALUE in value)
-
-
-@pytest.fixture
-def launcher(tmp_path):
-    store = RunStore(tmp_path / "runs")
-    launcher = Launcher(store)
-    yield launcher
-    for state in store.list():
-        if state.active:
-            launcher.stop(state.id)
 
 
 def new_run(store: RunStore, name: str = "probe") -> str:

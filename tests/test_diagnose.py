@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.diagnose import RULES, RULES_BY_NAME, diagnose, error_lines, loss_alert, summarize_failure
+from backend.diagnose import RULES, Alert, diagnose, error_lines, loss_alert, summarize_failure
+from backend.i18n import translate
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 
@@ -50,8 +51,9 @@ def test_each_fixture_gets_its_rule_first(name: str, rule: str) -> None:
     assert found[0].rule == rule
     # the evidence is a line of the log itself, not a paraphrase
     assert found[0].evidence.rstrip("…") in read_log(name)
-    assert found[0].cause == RULES_BY_NAME[rule].cause
-    assert found[0].fix == RULES_BY_NAME[rule].fix
+    assert found[0].cause == translate(f"diagnose.{rule}.cause", "en")
+    assert found[0].fix == translate(f"diagnose.{rule}.fix", "en")
+    assert found[0].text("zh-CN") == (translate(f"diagnose.{rule}.cause", "zh-CN"), translate(f"diagnose.{rule}.fix", "zh-CN"))
 
 
 def test_every_rule_has_a_fixture() -> None:
@@ -69,7 +71,8 @@ def test_rule_texts_are_keyed_by_unique_names() -> None:
     assert len(names) == len(set(names))
     for rule in RULES:
         assert re.fullmatch(r"[a-z0-9_]+", rule.name)
-        assert rule.cause.strip() and rule.fix.strip()
+        for part in ("cause", "fix"):  # its words are in the catalogue, by its name
+            assert translate(f"diagnose.{rule.name}.{part}", "en") != f"diagnose.{rule.name}.{part}"
 
 
 @pytest.mark.parametrize(
@@ -191,6 +194,17 @@ def test_alert_on_the_real_diverged_run() -> None:
     assert loss_alert(points[:1]) is None  # step 1 was still healthy
     alert = loss_alert(points[:2])
     assert alert is not None and "nan" in alert.lower() and "step 2" in alert
+    # an id and its values, rendered in the page's language
+    assert isinstance(alert, Alert) and alert.message == "grad-norm-not-finite-at-step" and alert.params["step"] == 2
+    assert "第 2 步" in alert.text("zh-CN") and "nan" in alert.text("zh-CN")
+
+
+def test_an_alert_survives_a_pickle_with_its_id() -> None:
+    import pickle
+
+    alert = loss_alert([{"step": 1, "loss": 2.0}, {"step": 2, "loss": "nan"}])
+    again = pickle.loads(pickle.dumps(alert))
+    assert again == alert and again.message == alert.message and again.text("zh-CN") == alert.text("zh-CN")
 
 
 def test_alert_on_loss_logged_as_zero_after_nan_steps() -> None:

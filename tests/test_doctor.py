@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -373,3 +374,71 @@ def test_doctor_cli_on_this_machine() -> None:
     assert done.returncode == (1 if report["blocking"] else 0)
     if torch["hip_version"] is None and not report["facts"]["kfd_gpus"] and not report["facts"]["pci_gpus"]:
         assert report["blocking"] == []  # a CPU-only machine: nothing blocks the CPU demo
+
+
+# --- the verdicts in the page's language ----------------------------------------------------
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _many_machines() -> list[MachineFacts]:
+    """Machines that between them reach most of the checks' messages."""
+    return [
+        cpu_box(),
+        rdna2_box(),
+        rdna2_box(env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}),
+        rdna2_box(env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}, user=UserFacts("ana", 1000, ("ana",), ("ana", "video", "render"))),
+        mi300x_node(env={"HIP_VISIBLE_DEVICES": "0,1,2,3"}),
+        mi300x_node(env={"HIP_VISIBLE_DEVICES": "9"}),
+        mi300x_node(env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}),
+        cpu_box(torch=TorchFacts(import_error="No module named 'torch'")),
+    ]
+
+
+def test_every_verdict_speaks_chinese_and_keeps_the_machines_words() -> None:
+    from backend.i18n import localized
+
+    english_only = []
+    for facts in _many_machines():
+        for check in run_checks(facts):
+            for part in ("name", "saw", "fix"):
+                english = str(getattr(check, part))
+                chinese = localized(getattr(check, part), "zh-CN")
+                if localized(getattr(check, part), "en") != english:
+                    english_only.append(f"{english!r}: its English rendering differs from the string")
+                # Words of ours are Chinese; a name that is a tool's (bf16, deepspeed) or a
+                # bare value (a version, a list of targets) reads the same in both.
+                if re.search(r"[a-z]{3,} [a-z]{3,} [a-z]{3,}", chinese) and not CJK.search(chinese):
+                    english_only.append(f"{part}: {chinese}")
+    assert english_only == []
+
+
+def test_a_verdict_in_chinese_keeps_what_the_machine_said() -> None:
+    from backend.i18n import localized
+
+    checks = by_name(run_checks(cpu_box(torch=TorchFacts(import_error="No module named 'torch'"))))
+    saw = localized(checks["torch build"].saw, "zh-CN")
+    assert "No module named 'torch'" in saw and CJK.search(saw)
+    gfx = by_name(run_checks(rdna2_box()))["gfx target and HSA_OVERRIDE_GFX_VERSION"]
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in localized(gfx.fix, "zh-CN")
+    groups = by_name(run_checks(rdna2_box()))["video and render groups"]
+    assert localized(groups.saw, "zh-CN").endswith("video 和 render 组中")
+
+
+def test_the_doctor_table_is_in_the_pages_language() -> None:
+    from backend import view
+
+    table = view.checks_markdown(run_checks(rdna2_box()), "zh-CN")
+    assert "torch 可见的 GPU" in table and "GPUs visible to torch" not in table
+    blockers = view.doctor_blockers_markdown(blocking_problems(run_checks(rdna2_box())), "zh-CN")
+    assert "video 与 render 用户组" in blockers and "video and render groups" not in blockers
+
+
+def test_the_cli_line_in_chinese() -> None:
+    from backend.doctor_cli import format_check
+
+    check = by_name(run_checks(rdna2_box()))["video and render groups"]
+    assert format_check(check).startswith("[PROBLEM] video and render groups: ana is not in video and render")
+    assert "fix: sudo usermod" in format_check(check)
+    line = format_check(check, "zh-CN")
+    assert line.startswith("[PROBLEM] video 与 render 用户组") and "修复：" in line

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from backend import history
 from backend.history import (
     HISTORY_HEADERS,
-    delete_run,
     format_duration,
     overlay_figure,
     read_log_tail,
@@ -189,14 +187,3 @@ def test_overlay_of_a_resumed_run_draws_each_step_once(store):
     assert line["y"][28] < line["y"][9] and line["y"][28] < 2.0
 
 
-def test_delete_run_needs_the_id_and_refuses_an_active_run(store):
-    done = add_run(store, "done", "finished", None)
-    busy = add_run(store, "busy", "running", None)
-    assert "confirm" in delete_run(store, done, confirm="yes")
-    assert store.run_dir(done).is_dir()
-    assert "stop it" in delete_run(store, busy, confirm=busy)
-    assert store.run_dir(busy).is_dir()
-    assert delete_run(store, done, confirm=done) is None
-    assert [s.id for s in store.list()] == [busy]
-    assert "no run" in delete_run(store, done, confirm=done)
-    assert [s.id for s in summarize_runs(store)] == [busy]

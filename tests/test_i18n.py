@@ -1,4 +1,4 @@
-"""The English and Simplified Chinese catalogues (backend/i18n.py): complete, consistent, used.
+"""The English and Simplified Chinese catalogues (backend/i18n/locales/*.yaml): complete, consistent, used.
 
 The rule lists are read from the rule modules themselves, so a rule added to diagnose.py
 or checks.py without its words fails here. The config-rule templates are checked against
@@ -33,6 +33,19 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 # Keys whose text is the same in every language: names, file names, a pass-through.
 SAME_IN_EVERY_LANGUAGE = {
     "app.title",
+    # the doctor's checks named by the tool or variable they check, and lines of bare values
+    "doctor.name.visible_devices",
+    "doctor.name.bf16",
+    "doctor.name.bitsandbytes",
+    "doctor.name.flash_attn",
+    "doctor.name.deepspeed",
+    "doctor.name.liger_kernel",
+    "doctor.name.llamafactory",
+    "doctor.torch.build_rocm",
+    "doctor.gpus.gpu",
+    "doctor.visible.gpu",
+    "doctor.flash.ok",
+    "doctor.lf.ok",
     "label.preview_yaml",
     "label.log_tail",
     "label.flash_attn",
@@ -78,7 +91,7 @@ def test_every_diagnosis_rule_has_a_cause_and_fix_in_both_languages() -> None:
     for rule in diagnose.RULES:
         for part in ("cause", "fix"):
             key = f"diagnose.{rule.name}.{part}"
-            assert CATALOGUE["en"][key] == getattr(rule, part)  # English is diagnose.py's own
+            assert CATALOGUE["en"][key].strip(), key  # a rule's words are the catalogue's, by its name
             assert CJK.search(CATALOGUE["zh-CN"][key]), key
 
 
@@ -95,9 +108,10 @@ def test_chinese_diagnoses_keep_the_commands_and_variables_of_the_english() -> N
 def _rule_names_in(path: Path) -> set[str]:
     """Rule names a module gives its findings: `rule="..."` keywords, and the rule argument of
     checks.py's helpers `_finding(key, problem, fix, rule)` and `_range(..., rule, fix_value)`
-    and of distributed.check_plan's `problem(key, what, fix, rule, severity)`."""
+    of distributed.check_plan's `problem(key, what, fix, rule, severity)` and of
+    `Finding.of(key, rule, ...)`."""
     names: set[str] = set()
-    positions = {"_finding": 3, "_range": 5, "problem": 3}
+    positions = {"_finding": 3, "_range": 5, "problem": 3, "Finding.of": 1}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.Call):
             continue
@@ -105,6 +119,8 @@ def _rule_names_in(path: Path) -> set[str]:
             if keyword.arg == "rule" and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str):
                 names.add(keyword.value.value)
         callee = node.func.id if isinstance(node.func, ast.Name) else None
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "of" and isinstance(node.func.value, ast.Name) and node.func.value.id == "Finding":
+            callee = "Finding.of"  # Finding.of(key, rule, message=..., **params)
         position = positions.get(callee or "")
         if position is not None and len(node.args) > position:
             argument = node.args[position]
@@ -113,20 +129,20 @@ def _rule_names_in(path: Path) -> set[str]:
     return names
 
 
-RULE_MODULES = [
-    "backend/checks.py",
-    "backend/config.py",
-    "backend/service.py",
-    "backend/yaml_import.py",
-    "backend/lf_check.py",
-    "backend/distributed.py",
-]
+# Every backend module that names rules: read from the tree, so a module split in two (or a
+# new one) is covered without being listed here.
+RULE_MODULES = sorted(
+    str(path.relative_to(ROOT)) for path in (ROOT / "backend").rglob("*.py") if _rule_names_in(path)
+)
+
+
+def test_the_rule_modules_are_found() -> None:
+    assert {"backend/checks.py", "backend/config.py", "backend/yaml_import.py", "backend/lf_check.py"} <= set(RULE_MODULES)
 
 
 @pytest.mark.parametrize("module", RULE_MODULES)
 def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
     names = _rule_names_in(ROOT / module)
-    assert names, f"no rule names found in {module}: has the way rules are named changed?"
     missing = sorted(
         f"{name}.{part}" for name in names for part in ("problem", "fix") if f"check.{name}.{part}" not in CATALOGUE["zh-CN"]
     )
@@ -135,18 +151,19 @@ def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
 
 def test_the_rule_name_reader_sees_every_checks_rule() -> None:
     # The AST reader is what the coverage test relies on; checks.py has ~36 rules, and the
-    # range rules live in config.py's NUMBER_RANGES table (rule="..." keywords).
-    assert len(_rule_names_in(ROOT / "backend" / "checks.py") | _rule_names_in(ROOT / "backend" / "config.py")) >= 50
+    # range rules live in schema.py's field table (rule="..." keywords).
+    assert len(set().union(*(_rule_names_in(ROOT / module) for module in RULE_MODULES))) >= 50
     yaml_rules = _rule_names_in(ROOT / "backend" / "yaml_import.py")
     assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-not-in-form"} <= yaml_rules
     assert _rule_names_in(ROOT / "backend" / "lf_check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
-    # check_plan names its rules positionally, through its local problem() helper.
+    # check_plan names its rules through Finding.of(key, rule, ...); its unreadable numbers
+    # are config.py's not-a-number.
     distributed_rules = _rule_names_in(ROOT / "backend" / "distributed.py")
-    assert {"bad-gpu-list", "not-a-number", "bad-strategy", "nproc-over-gpus", "env-overrides-plan"} <= distributed_rules
+    assert {"bad-gpu-list", "bad-strategy", "nproc-over-gpus", "env-overrides-plan"} <= distributed_rules
 
 
 def _bad_input_findings(tmp_path: Path) -> list[Finding]:
-    import test_checks as cases
+    from tests import test_checks as cases
 
     assets = cases.Assets(tmp_path, cases.make_model_dir(tmp_path / "model"), cases.make_dataset_dir(tmp_path / "data"))
     findings: list[Finding] = []
@@ -370,7 +387,7 @@ def test_every_template_of_the_import_the_plan_and_llamafactorys_check_is_used(m
 
     findings = _yaml_findings() + _plan_findings() + _lf_findings(monkeypatch)
     rules = set().union(*(_rule_names_in(ROOT / "backend" / f"{m}.py") for m in ("yaml_import", "distributed", "lf_check")))
-    rules -= _rule_names_in(ROOT / "backend" / "config.py")
+    rules -= _rule_names_in(ROOT / "backend" / "config.py") | _rule_names_in(ROOT / "backend" / "schema.py")
     messages = {(f.rule, part): set() for f in findings for part in ("problem", "fix")}
     for finding in findings:
         messages[(finding.rule, "problem")].add(finding.problem)
@@ -449,10 +466,12 @@ def test_translate_fills_placeholders_and_falls_back() -> None:
 
 
 def test_diagnoses_translate_by_rule_name() -> None:
-    rule = diagnose.RULES_BY_NAME["gpu_out_of_memory"]
-    assert translate_diagnosis(rule.name, rule.cause, rule.fix, "en") == (rule.cause, rule.fix)
-    cause, fix = translate_diagnosis(rule.name, rule.cause, rule.fix, "zh-CN")
+    found = diagnose.Diagnosis("gpu_out_of_memory", "HIP out of memory")
+    assert found.text("en") == (found.cause, found.fix) == (CATALOGUE["en"]["diagnose.gpu_out_of_memory.cause"], CATALOGUE["en"]["diagnose.gpu_out_of_memory.fix"])
+    assert translate_diagnosis(found.rule, found.cause, found.fix, "en") == (found.cause, found.fix)
+    cause, fix = found.text("zh-CN")
     assert cause == "GPU 显存不足。" and "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in fix
+    assert translate_diagnosis(found.rule, found.cause, found.fix, "zh-CN") == (cause, fix)
     assert translate_diagnosis("not_a_rule", "c", "f", "zh-CN") == ("c", "f")
 
 

@@ -32,7 +32,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fiel
         with gr.Column():
             export_button = texts.value(gr.Button(texts("button.export"), elem_id="export-button"), "button.export")
             export_file = texts.label(gr.File(label=texts("label.export_yaml"), elem_id="export-yaml", interactive=False), "label.export_yaml")
-            export_shell = gr.Code(language="shell", label="shell", elem_id="export-shell")
+            export_shell = texts.label(gr.Code(language="shell", label=texts("label.export_command"), elem_id="export-shell"), "label.export_command")
 
     def findings_text(result, locale: str) -> str:
         if not result.findings:
