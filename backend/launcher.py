@@ -24,6 +24,7 @@ import psutil
 
 from backend import safe_files
 from backend.child_env import child_env, refused_settings
+from backend.distributed import PLAN_VARIABLES
 from backend.logs import TRAINER_LOG
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
 
@@ -69,14 +70,7 @@ def trainer_command(config_file: str = CONFIG_FILE) -> list[str]:
 LAUNCH_NAMES: frozenset[str] = frozenset(
     {
         "PATH",
-        "FORCE_TORCHRUN",
-        "NNODES",
-        "NODE_RANK",
-        "NPROC_PER_NODE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "HIP_VISIBLE_DEVICES",
-        "CUDA_VISIBLE_DEVICES",
+        *PLAN_VARIABLES,
         "HF_HOME",
         "HF_HUB_CACHE",
         "HF_DATASETS_CACHE",
@@ -218,7 +212,6 @@ def stop_tree(identity: ProcessIdentity, graceful_s: float = GRACEFUL_STOP_S, te
 
 def derive_final_state(run_dir: Path) -> tuple[str, str]:
     """(state, reason) of a run whose trainer ended while nobody watched it."""
-    output = run_dir / OUTPUT_DIR
     finished = False
     try:
         # Only the last line matters: read the end of the log (it can be hundreds of MB),
@@ -230,9 +223,10 @@ def derive_final_state(run_dir: Path) -> tuple[str, str]:
     except (OSError, ValueError, AttributeError):
         pass
     has_weights = any(safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/{name}") for name in ("adapter_model.safetensors", "model.safetensors"))
+    # The reason is a message id (backend/view.py renders it in the page's language).
     if finished and has_weights:
-        return "finished", "The trainer finished while RocBoard was not watching."
-    return "failed", "The trainer ended while RocBoard was not watching, before it finished."
+        return "finished", "reason.finished_unwatched"
+    return "failed", "reason.failed_unwatched"
 
 
 class Launcher:
@@ -284,6 +278,7 @@ class Launcher:
             command=tuple(command),
             exit_code=None,
             stop_reason="",
+            stop_reason_params={},
             ended_at=None,
         )
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
@@ -294,20 +289,22 @@ class Launcher:
         self._finish(run_id, code)
 
     def _finish(self, run_id: str, exit_code: int | None, reason: str = "") -> None:
+        """Records how the trainer ended; `reason` is a message id (`reason.*`)."""
         with self._lock:
             self._children.pop(run_id, None)
             stopping = run_id in self._stopping
             self._stopping.discard(run_id)
+        params: dict[str, str] = {}
         if stopping:
-            state, reason = "stopped", reason or "Stopped by the user."
+            state, reason = "stopped", reason or "reason.stopped_by_user"
         elif exit_code == 0:
             state = "finished"
         else:
             state = "failed"
-            if exit_code is not None and exit_code < 0:
-                reason = reason or f"The trainer was killed by signal {signal.Signals(-exit_code).name}."
+            if exit_code is not None and exit_code < 0 and not reason:
+                reason, params = "reason.killed_by_signal", {"signal": signal.Signals(-exit_code).name}
         try:
-            self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, ended_at=time.time())
+            self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, stop_reason_params=params, ended_at=time.time())
         except RunNotFound:
             pass  # the run directory was deleted while it ran
 
@@ -352,9 +349,9 @@ class Launcher:
         final, reason = derive_final_state(self.store.run_dir(run_id))
         with self._lock:
             if run_id in self._stopping:
-                final, reason = "stopped", "Stopped by the user."
+                final, reason = "stopped", "reason.stopped_by_user"
                 self._stopping.discard(run_id)
-        return self.store.update(run_id, state=final, stop_reason=reason, ended_at=state.ended_at or time.time())
+        return self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
 
     def live_pid(self, run_id: str) -> int | None:
         try:

@@ -23,10 +23,12 @@ import yaml
 from backend.logs import TRAINER_LOG, parse_metric
 from backend.resume import ATTEMPTS_DIR, checkpoint_info, latest_checkpoint
 from backend.runs import LOG_FILE, OUTPUT_DIR, RunNotFound
-from tests.browser import (
+from tests.harness import (
     AppServer,
     chromium_available,
     chromium_browser,
+    kill_processes,
+    process_tree,
     run_states,
     trainer_process,
     wait_until,
@@ -66,13 +68,6 @@ def expected_losses(run_dir: Path) -> list[tuple[int, float]]:
         if point is not None and point.loss is not None:
             last[point.step] = point.loss
     return sorted(last.items())
-
-
-def tree_of(process: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [process, *process.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
 
 
 def page_text(page, selector: str) -> str:
@@ -139,7 +134,7 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             wait_until(lambda: latest_checkpoint(run_dir) is not None and len(log_lines(run_dir)) >= 12, 300, 0.05, what="a checkpoint and step 12")
             trainer = trainer_process(read_state(run_dir))
             assert trainer is not None and trainer.ppid() == server_a.process.pid
-            tree = tree_of(trainer)
+            tree = process_tree(trainer)
             trainer.kill()
             _, alive = psutil.wait_procs(tree, timeout=10)
             assert not alive, alive
@@ -192,7 +187,7 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             output = run_dir / OUTPUT_DIR
             known = {path.name for path in output.glob("checkpoint-*")}
             writing = wait_until(lambda: next((p for p in output.glob("checkpoint-*") if p.name not in known), None), 120, 0.02, what="the next checkpoint")
-            tree = tree_of(trainer)
+            tree = process_tree(trainer)
             began = time.monotonic()
             tab.locator("#stop").click()
             wait_until(lambda: not any(_alive(p) for p in tree), 15, 0.05, what="the trainer's tree to end")
@@ -264,13 +259,7 @@ def board(tmp_path, demo_assets):
     yield board
     # Whatever a drill left behind, found by working directory (a deleted run's trainer has
     # no state file any more) and killed by pid; the drills assert on leftovers themselves.
-    leftovers = [member for process in run_processes(board.store.root) for member in tree_of(process)]
-    for process in leftovers:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(leftovers, timeout=10)
+    kill_processes(member for process in run_processes(board.store.root) for member in process_tree(process))
 
 
 @pytest.mark.slow

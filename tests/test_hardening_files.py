@@ -195,7 +195,7 @@ def test_a_linked_metrics_file_draws_nothing(board, outside: Path, name: str) ->
     sample = json.dumps({"at": 1.0, "source": "sysfs", "gpu": 0, "used_bytes": 1, "total_bytes": 2})
     (outside / "metrics.jsonl").write_text("".join(log_line(step, 99, 7.0) for step in range(1, 51)) + sample + "\n")
     replace_with_link(run_dir / name, outside / "metrics.jsonl")
-    board._monitors.clear()
+    board.monitors.clear()
     snapshot = board.snapshot(run_id)
     if name == "samples.jsonl":
         assert snapshot.memory == []

@@ -4,13 +4,14 @@ import os
 import signal
 import sys
 import textwrap
-import time
+from dataclasses import replace
 
 import psutil
-import pytest
 
 from backend.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs import RunStore
+from backend.view import stop_reason_text
+from tests.harness import wait_for
 
 # A root that starts a child in its own session (as torchrun's workers are in their own
 # process group) and that child starts a grandchild; all sleep until killed.
@@ -55,15 +56,6 @@ STUBBORN = textwrap.dedent(
 )
 
 
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def gone(pid):
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -76,7 +68,7 @@ def test_stop_tree_ends_every_process_even_in_other_sessions(tmp_path):
     script.write_text(TREE)
     env = dict(os.environ, MARK_DIR=str(tmp_path))
     root = psutil.Popen([sys.executable, str(script), "0"], env=env, start_new_session=True)
-    assert wait_for(lambda: all((tmp_path / f"up-{n}").exists() for n in range(3)))
+    assert wait_for(lambda: all((tmp_path / f"up-{n}").exists() for n in range(3)), timeout=20)
     tree = [root.pid] + [c.pid for c in root.children(recursive=True)]
     assert len(tree) == 3
     # The child runs in its own session: a signal to our process group would miss it.
@@ -91,7 +83,7 @@ def test_stop_tree_escalates_to_sigkill(tmp_path):
     script = tmp_path / "stubborn.py"
     script.write_text(STUBBORN)
     root = psutil.Popen([sys.executable, str(script)], cwd=tmp_path, start_new_session=True)
-    assert wait_for(lambda: (tmp_path / "up").exists())
+    assert wait_for(lambda: (tmp_path / "up").exists(), timeout=20)
     left = stop_tree(ProcessIdentity(root.pid, root.create_time()), graceful_s=0.3, term_s=0.3)
     assert left == []
     assert root.wait(5) == -signal.SIGKILL
@@ -116,7 +108,7 @@ def test_launcher_graceful_stop_lets_the_trainer_save(tmp_path):
     (run_dir / "t.py").write_text(GRACEFUL)
     state = launcher.start(run.id, {}, command=[sys.executable, "t.py"])
     assert state.state == "running" and state.pid and state.pid_started
-    assert wait_for(lambda: (run_dir / "up").exists())
+    assert wait_for(lambda: (run_dir / "up").exists(), timeout=20)
     final = launcher.stop(run.id)
     assert final.state == "stopped"
     assert (run_dir / "saved").exists()  # the SIGABRT path ran, not a kill
@@ -129,13 +121,13 @@ def test_launcher_records_failure_and_success(tmp_path):
     launcher = Launcher(store)
     failing = make_run(store)
     launcher.start(failing.id, {}, command=[sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"])
-    assert wait_for(lambda: store.read(failing.id).state == "failed")
+    assert wait_for(lambda: store.read(failing.id).state == "failed", timeout=20)
     assert store.read(failing.id).exit_code == 3
     assert "boom" in (store.run_dir(failing.id) / "train.log").read_text()
     ok = make_run(store)
     # A setting the allow-list lets through (backend/child_env.py) reaches the trainer.
     launcher.start(ok.id, {"NCCL_DEBUG": "42"}, command=[sys.executable, "-c", "import os; print(os.environ['NCCL_DEBUG'], os.environ['HF_HUB_OFFLINE'])"])
-    assert wait_for(lambda: store.read(ok.id).state == "finished")
+    assert wait_for(lambda: store.read(ok.id).state == "finished", timeout=20)
     assert "42 1" in (store.run_dir(ok.id) / "train.log").read_text()
 
 
@@ -156,7 +148,12 @@ def test_refresh_after_restart_follows_then_settles_a_failed_run(tmp_path):
     process.wait(10)
     settled = launcher.refresh(run.id)
     assert settled.state == "failed"  # no adapter, no complete log
-    assert "not watching" in settled.stop_reason
+    # The state holds a message id; the page says it in its language (an old English one as written).
+    assert settled.stop_reason == "reason.failed_unwatched"
+    assert "not watching" in stop_reason_text(settled, "en")
+    assert "RocBoard" in stop_reason_text(settled, "zh-CN") and "not watching" not in stop_reason_text(settled, "zh-CN")
+    old = replace(settled, stop_reason="The trainer ended while RocBoard was not watching, before it finished.")
+    assert stop_reason_text(old, "zh-CN") == old.stop_reason
 
 
 def test_refresh_after_restart_settles_a_finished_run(tmp_path):

@@ -4,30 +4,29 @@ integrated GPU) and from process memory, through the real sampler and run files.
 from __future__ import annotations
 
 import sys
-import time
 
 from backend.charts import memory_figure
 from backend.service import RocBoard
 from backend.telemetry.fake_sysfs import build_fake_sysfs
 from backend.telemetry.sampler import Sampler
 from backend.view import gpu_table_markdown, memory_title
+from tests.harness import wait_for
 
 
 def watch_sleeper(board: RocBoard):
     state = board.store.create("sleeper", "rx7900xtx", "m", {"config.yaml": "", "train.log": ""})
-    state = board.launcher.start(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(30)"])
-    board._watch(state)
-    return state
+    # A stand-in trainer, launched the way the run manager launches one: the sampler follows it.
+    return board.run_manager.launch(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(30)"])
 
 
 def wait_for_series(board, run_id, count, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """The run's snapshot once it charts `count` series of two points or more, else the last one."""
+
+    def charted():
         snapshot = board.snapshot(run_id)
-        if len(snapshot.memory) >= count and all(len(s.times) >= 2 for s in snapshot.memory):
-            return snapshot
-        time.sleep(0.3)
-    return board.snapshot(run_id)
+        return snapshot if len(snapshot.memory) >= count and all(len(s.times) >= 2 for s in snapshot.memory) else None
+
+    return wait_for(charted, timeout, interval=0.3) or board.snapshot(run_id)
 
 
 def test_gpu_chart_from_a_fake_sysfs_tree(tmp_path):

@@ -33,39 +33,42 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
                 build_doctor_tab(board, texts, locale_state)
         # The table was filled when the page was built: each visit shows the runs on disk now.
-        runs_tab.select(refresh_runs, None, runs_outputs, show_progress="hidden")
-
-        def run_panel(run_id, locale: str) -> list:
-            outputs = train.render(run_id, None, locale)
-            if run_id is None:  # the idle texts were written in English when the page was built
-                outputs[0] = view.status_markdown(None, locale=locale)
-                outputs[2] = view.progress_html(None, locale)
-            return outputs
+        runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
+        strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str):
-            """Every label in `locale`, and the run panel redrawn in it."""
-            return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), *run_panel(run_id, locale)]
+            """Every label in `locale`, and the run panel redrawn in it (the idle one too: its
+            texts were written in English when the page was built)."""
+            return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), *train.render(run_id, None, locale)]
 
         language.change(
             relabel,
             [language, train.watched_run, train.fields["preset"]],
             [locale_state, *texts.widgets, train.preset_notes, *train.run_outputs],
         )
+        # The runs table and the strategy labels are data, not static labels: redrawn too.
+        language.change(refresh_runs, language, runs_outputs, show_progress="hidden")
+        language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
 
         def on_load(preset_id: str, request: gr.Request):
             """A new tab: the browser's language, and the active (or latest) run with its full charts."""
             locale = pick_locale(request.headers.get("accept-language") if request else None, None)
             run = board.run_to_show()
             run_id = run.id if run else None
-            outputs = run_panel(run_id, locale)
-            if run is not None:
-                outputs[-1] = gr.Timer(active=run.active)
-            return [locale, locale, run_id, *texts.updates(locale), board.preset_notes(preset_id, locale), *outputs]
+            return [
+                locale,
+                locale,
+                run_id,
+                *texts.updates(locale),
+                board.preset_notes(preset_id, locale),
+                gr.update(choices=view.strategy_choices(locale)),
+                *train.render(run_id, None, locale),
+            ]
 
         page.load(
             on_load,
             train.fields["preset"],
-            [locale_state, language, train.watched_run, *texts.widgets, train.preset_notes, *train.run_outputs],
+            [locale_state, language, train.watched_run, *texts.widgets, train.preset_notes, strategy, *train.run_outputs],
             show_progress="hidden",
         )
     return page

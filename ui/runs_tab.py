@@ -6,16 +6,25 @@ from typing import Any
 
 import gradio as gr
 
+from backend import view
 from backend.i18n import translate
 from backend.service import RocBoard
 from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
 
 
+def runs_table(board: RocBoard, locale: str) -> Any:
+    """The runs as a table whose headers are in the page's language (a DataFrame carries its
+    headers, so one update redraws both)."""
+    import pandas as pd
+
+    return pd.DataFrame(board.history_rows(locale), columns=board.history_headers(locale))
+
+
 def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> tuple[Any, list[Any]]:
     """Builds the tab; returns its refresh function and the components it updates."""
     refresh_button = texts.value(gr.Button(texts("button.refresh"), elem_id="runs-refresh"), "button.refresh")
-    table = gr.Dataframe(headers=board.history_headers(), value=board.history_rows(), interactive=False, elem_id="runs-table", wrap=True)
+    table = gr.Dataframe(value=runs_table(board, "en"), interactive=False, elem_id="runs-table", wrap=True)
     chosen = texts.label(gr.Dropdown(choices=board.run_ids(), multiselect=True, label=texts("label.runs_chosen"), elem_id="runs-chosen"), "label.runs_chosen")
     with gr.Row():
         open_button = texts.value(gr.Button(texts("button.open_run"), elem_id="runs-open"), "button.open_run")
@@ -25,26 +34,23 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     message = gr.Markdown("", elem_id="runs-message")
     overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
 
-    def refresh():
-        return board.history_rows(), gr.update(choices=board.run_ids())
+    def refresh(locale: str):
+        return runs_table(board, locale), gr.update(choices=board.run_ids())
 
-    refresh_button.click(refresh, None, [table, chosen])
+    refresh_button.click(refresh, locale_state, [table, chosen])
 
     def on_open(run_ids: list[str] | None, locale: str):
         if not run_ids:
             return [gr.skip(), translate("runs.pick_one", locale), gr.skip(), *[gr.skip()] * len(train.run_outputs)]
         run_id = run_ids[0]
-        outputs = train.render(run_id, None, locale)
-        state_active = board.is_active(run_id)
-        outputs[-1] = gr.Timer(active=state_active)
-        return [run_id, "", gr.Tabs(selected=train_tab_id), *outputs]
+        return [run_id, "", gr.Tabs(selected=train_tab_id), *train.render(run_id, None, locale)]
 
     open_button.click(on_open, [chosen, locale_state], [train.watched_run, message, tabs, *train.run_outputs])
 
     def on_compare(run_ids: list[str] | None, locale: str):
         if not run_ids:
             return gr.skip(), translate("runs.pick_one", locale)
-        return plot(board.overlay_figure(run_ids)), ""
+        return plot(board.overlay_figure(run_ids, locale)), ""
 
     compare_button.click(on_compare, [chosen, locale_state], [overlay, message])
 
@@ -56,9 +62,9 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     delete_button.click(on_delete, [chosen, locale_state], [confirm_button, message])
 
     def on_confirm(run_ids: list[str] | None, locale: str):
-        problems = [board.delete_run(run_id) for run_id in run_ids or []]
-        text = "  \n".join(p for p in problems if p) or translate("runs.deleted", locale)
-        return gr.update(visible=False), text, board.history_rows(), gr.update(choices=board.run_ids(), value=[])
+        refusals = board.delete_runs(run_ids or [])
+        text = view.findings_markdown(refusals, locale) if refusals else translate("runs.deleted", locale)
+        return gr.update(visible=False), text, runs_table(board, locale), gr.update(choices=board.run_ids(), value=[])
 
     confirm_button.click(on_confirm, [chosen, locale_state], [confirm_button, message, table, chosen])
     return refresh, [table, chosen]

@@ -1,0 +1,329 @@
+"""RocBoard's backend facade: what the page (and the tests) call.
+
+A thin front over parts with one job each, composed once per app (not per browser tab):
+
+- `ConfigPipeline` (pipeline.py): form -> typed config -> findings; preview, estimate,
+  YAML import and export; LLaMA-Factory's own check behind a single-flight cache.
+- `RunManager` (run_manager.py): start, stop, resume, re-attach, delete; one lock.
+- `Monitors` (monitors.py): the live state of each run, read incrementally from its files.
+- `RunDecisions` (decisions.py): what the backend decides about a run on its own (stop on
+  NaN, build the adapter zip), whether or not a tab is open.
+- `DoctorCache` (doctor_cache.py): the machine's checks, gathered once.
+- `RunView` (run_view.py): the run panel's contents, typed, for the page to show.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from backend import artifacts, safe_files
+from backend.config import RunConfig
+from backend.findings import Finding, has_problems
+from backend.launcher import Launcher
+from backend.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
+from backend.runs import RunNotFound, RunState, RunStore
+from backend.service.decisions import RunDecisions
+from backend.service.doctor_cache import DoctorCache
+from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
+from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
+from backend.service.run_manager import RunManager, StartResult
+from backend.service.run_view import RunView, gone_view, idle_view, run_view, unchanged_view
+from backend.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from backend.distributed import DistributedPlan
+    from backend.doctor import Check
+    from backend.estimate import MemoryEstimate
+    from backend.telemetry.sampler import Sampler
+    from backend.yaml_import import ImportResult
+
+
+def demo_form() -> dict[str, Any]:
+    """The form as `make run` opens it: the CPU demo preset on the tiny offline model."""
+    from backend.presets import demo_form as form
+
+    return form()
+
+
+class RocBoard:
+    """One per app: the runs directory and the parts that work on it."""
+
+    def __init__(
+        self,
+        runs_dir: Path,
+        presets_dir: Path = PRESETS_DIR,
+        sampler: Sampler | None = None,
+        export_dir: Path | None = None,
+        lf_cache: LlamaFactoryCheckCache | None = None,
+    ):
+        self.store = RunStore(Path(runs_dir))
+        self.store.ensure_root()
+        # Downloads are served from a copy in the system temp dir: Gradio serves files the
+        # app returns from there, and nothing else of the runs directory is ever exposed.
+        self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="rocboard-exports-"))
+        self.export_dir.mkdir(parents=True, exist_ok=True)
+        self.pipeline = ConfigPipeline(self.store.root, self.export_dir, presets_dir, lf_cache)
+        self.monitors = Monitors(self.store)
+        self.run_manager = RunManager(self.store, self.pipeline, self.monitors, sampler)
+        self.decisions = RunDecisions(self.run_manager, self.monitors)
+        self.run_manager.on_launch = self.decisions.follow
+        self.doctor = DoctorCache()
+
+    @property
+    def presets(self) -> dict[str, HardwarePreset]:
+        return self.pipeline.presets
+
+    @property
+    def preset_errors(self) -> list[PresetLoadError]:
+        return self.pipeline.preset_errors
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.run_manager.launcher
+
+    @property
+    def sampler(self) -> Sampler | None:
+        return self.run_manager.sampler
+
+    # --- the config pipeline ----------------------------------------------------------
+
+    def preset(self, preset_id: str) -> HardwarePreset | None:
+        return self.pipeline.preset(preset_id)
+
+    def preset_choices(self) -> list[tuple[str, str]]:
+        return self.pipeline.preset_choices()
+
+    def form_for_preset(self, preset_id: str) -> dict[str, Any]:
+        return self.pipeline.form_for_preset(preset_id)
+
+    def preset_notes(self, preset_id: str, locale: str = "en") -> str:
+        """One line on the preset's hardware, and its notes, in the page's language (escaped:
+        a preset file's notes are text anyone who can write presets/ chose)."""
+        from backend.view import preset_notes_markdown
+
+        return preset_notes_markdown(self.preset(preset_id), locale)
+
+    def parse(self, form: Mapping[str, Any]) -> tuple[RunConfig, list[Finding], HardwarePreset | None]:
+        return self.pipeline.parse(form)
+
+    plan_of = staticmethod(ConfigPipeline.plan_of)
+    run_args = staticmethod(ConfigPipeline.run_args)
+    shell_lines = staticmethod(ConfigPipeline.shell_lines)
+
+    def llamafactory_findings(self, config: RunConfig, plan: DistributedPlan | None = None) -> list[Finding]:
+        return self.pipeline.llamafactory_findings(config, plan)
+
+    def preview(self, form: Mapping[str, Any]) -> Preview:
+        return self.pipeline.preview(form)
+
+    def estimate(self, form: Mapping[str, Any]) -> MemoryEstimate:
+        return self.pipeline.estimate(form)
+
+    def import_yaml(self, text: str, preset_id: str) -> ImportResult:
+        return self.pipeline.import_yaml(text, preset_id)
+
+    def fix_yaml(self, text: str, preset_id: str) -> tuple[str, ImportResult]:
+        return self.pipeline.fix_yaml(text, preset_id)
+
+    def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
+        return self.pipeline.export(form)
+
+    def prewarm(self, form: Mapping[str, Any] | None = None, then_doctor: bool = False) -> None:
+        """Asks LLaMA-Factory's parser about the opening form in the background, so the
+        first Start with the defaults does not wait for it; then (optionally) gathers the
+        doctor's facts. One after the other: each imports torch in a helper, and two at
+        once would slow the first run a user starts."""
+
+        def ask() -> None:
+            try:
+                self.pipeline.prewarm(form or demo_form())
+            except Exception:  # only a warm-up: Start asks again and reports properly
+                pass
+            if then_doctor:
+                self.doctor.gather()
+
+        threading.Thread(target=ask, daemon=True, name="lf-prewarm").start()
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False) -> StartResult:
+        """Checks the form and launches the trainer; with any problem, creates nothing.
+        `stop_on_nan` is saved with the run: the backend stops it when its loss diverges."""
+        checked = self.pipeline.check_for_start(form)
+        if has_problems(checked.findings):
+            return StartResult(None, checked.findings)
+        return self.run_manager.start(checked.config, checked.preset, checked.plan, checked.findings, stop_on_nan)
+
+    def resume(self, run_id: str) -> StartResult:
+        return self.run_manager.resume(run_id)
+
+    def stop(self, run_id: str) -> RunState:
+        return self.run_manager.stop(run_id)
+
+    def set_stop_on_nan(self, run_id: str, on: bool) -> None:
+        self.run_manager.set_stop_on_nan(run_id, on)
+
+    def reattach(self) -> RunState | None:
+        return self.run_manager.reattach()
+
+    def delete(self, run_id: str) -> list[Finding]:
+        """Deletes a run that is not training; returns why not (nothing when deleted).
+        Raises RunNotFound for an id that is not a run."""
+        return self.run_manager.delete(run_id)
+
+    def delete_runs(self, run_ids: list[str]) -> list[Finding]:
+        """The Runs tab's delete: each run that can be; why not, for the others."""
+        return self.run_manager.delete_all(run_ids)
+
+    def active_run(self) -> RunState | None:
+        return self.run_manager.active_run()
+
+    def runs(self) -> list[RunState]:
+        return self.run_manager.runs()
+
+    def is_active(self, run_id: str) -> bool:
+        return self.run_manager.is_active(run_id)
+
+    def run_ids(self) -> list[str]:
+        return [state.id for state in self.store.list()]
+
+    def run_to_show(self) -> RunState | None:
+        """What a freshly opened tab shows: the active run, else the newest one."""
+        active = self.active_run()
+        if active is not None:
+            return active
+        runs = self.store.list()
+        return runs[0] if runs else None
+
+    # --- what a run looks like ------------------------------------------------------------
+
+    def monitor(self, run_id: str) -> RunMonitor:
+        return self.monitors.get(run_id)
+
+    def snapshot(self, run_id: str) -> RunSnapshot:
+        """The run now. Raises RunNotFound (after stopping its trainer) when it vanished."""
+        return self.monitors.snapshot(self.run_manager.refresh(run_id))
+
+    def run_view(self, run_id: str | None, locale: str = "en", shown: tuple | None = None) -> RunView:
+        """What the run panel shows of `run_id`; `unchanged` when it is the `shown` version."""
+        if run_id is None:
+            return idle_view(locale)
+        try:
+            snapshot = self.snapshot(run_id)
+        except RunNotFound:
+            return gone_view(run_id, locale)
+        version = (snapshot.version, locale)
+        if version == shown:
+            return unchanged_view(snapshot, version)
+        cause = fix = ""
+        if snapshot.run.state == "failed":
+            cause, fix = self.failure_cause(run_id, locale)
+        download = None
+        if snapshot.has_adapter and not snapshot.run.active:
+            try:
+                download = self.adapter_download(run_id)
+            except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
+                download = None
+        return run_view(snapshot, version, locale, cause, fix, download)
+
+    def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
+        """(cause, fix) of a failed run, read from its train.log; empty when unknown."""
+        from backend.diagnose import summarize_failure
+        from backend.i18n import translate
+
+        state = self.store.read(run_id)
+        text = log_tail(self.store.run_dir(run_id), lines=400, max_bytes=400_000)
+        top = summarize_failure(text, state.exit_code).diagnosis
+        if top is None:
+            return "", ""
+        cause_key, fix_key = f"diagnose.{top.rule}.cause", f"diagnose.{top.rule}.fix"
+        cause, fix = translate(cause_key, locale), translate(fix_key, locale)
+        return (top.cause if cause == cause_key else cause, top.fix if fix == fix_key else fix)
+
+    def adapter_download(self, run_id: str) -> Path:
+        """A servable copy of the run's adapter.zip (in the app's temp export dir).
+
+        The archive itself is built when the run ends (backend/service/decisions.py); here it
+        is only rebuilt when the adapter is newer (a run that ended before this app started).
+        A copy, not a hard link: a rename between two names of one file does nothing, so a
+        linked temp name would stay behind and break the next view. The copy is made under
+        an unpredictable temp name and renamed over the last one; when the last copy is
+        already of this archive (same size and mtime), it is served again as it is."""
+        run_dir = self.store.run_dir(run_id)
+        artifacts.build_adapter_zip(run_dir)
+        target_dir = self.export_dir / run_id
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / f"{run_id}-adapter.zip"
+        with safe_files.opened(run_dir, artifacts.ADAPTER_ZIP) as source:
+            found = os.fstat(source.fileno())
+            try:
+                copied = os.lstat(target)
+                if stat.S_ISREG(copied.st_mode) and (copied.st_size, copied.st_mtime_ns) == (found.st_size, found.st_mtime_ns):
+                    return target
+            except OSError:
+                pass
+            fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target_dir)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out, 1024 * 1024)
+                os.utime(partial, ns=(found.st_atime_ns, found.st_mtime_ns))
+                os.replace(partial, target)
+            except BaseException:
+                Path(partial).unlink(missing_ok=True)
+                raise
+        return target
+
+    # --- the doctor ---------------------------------------------------------------------
+
+    def doctor_checks(self, refresh: bool = False) -> list[Check]:
+        return self.doctor.checks(refresh)
+
+    def doctor_blockers_markdown(self, preset_id: str, locale: str = "en") -> str:
+        """The doctor's problems that would break a run on this preset, for beside Start."""
+        from backend.view import doctor_blockers_markdown
+
+        return doctor_blockers_markdown(self.doctor.blockers(self.preset(preset_id)), locale)
+
+    # --- history ------------------------------------------------------------------------
+
+    def history_headers(self, locale: str = "en") -> list[str]:
+        from backend.history import history_headers
+
+        return history_headers(locale)
+
+    def history_rows(self, locale: str = "en") -> list[list[Any]]:
+        from backend.history import summaries_table, summarize_runs
+
+        self.runs()  # settle runs that ended while nobody watched
+        return summaries_table(summarize_runs(self.store), locale)
+
+    def overlay_figure(self, run_ids: list[str], locale: str = "en") -> dict:
+        from backend.history import overlay_figure
+
+        return overlay_figure(self.store, run_ids, locale=locale)
+
+
+__all__ = [
+    "CATCH_UP_SAMPLE_BYTES",
+    "POLL_INTERVAL_S",
+    "ConfigPipeline",
+    "DoctorCache",
+    "LlamaFactoryCheckCache",
+    "Monitors",
+    "Preview",
+    "RocBoard",
+    "RunDecisions",
+    "RunManager",
+    "RunMonitor",
+    "RunNotFound",
+    "RunSnapshot",
+    "RunView",
+    "StartResult",
+    "demo_form",
+]

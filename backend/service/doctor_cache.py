@@ -1,0 +1,53 @@
+"""The doctor's checks of this machine, gathered once (the torch probe takes seconds) and
+kept: the Train tab shows the ones that would break a run beside Start."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from backend.presets import HardwarePreset
+
+if TYPE_CHECKING:
+    from backend.doctor import Check
+
+log = logging.getLogger(__name__)
+
+
+class DoctorCache:
+    def __init__(self) -> None:
+        self._checks: list[Check] | None = None
+        self._lock = threading.Lock()
+
+    def gather(self) -> None:
+        """Gathers the facts now; a broken probe is logged, never raised (a background job)."""
+        try:
+            self.checks(refresh=True)
+        except Exception:
+            log.exception("the doctor's probe failed")
+
+    def checks(self, refresh: bool = False) -> list[Check]:
+        if refresh or self._checks is None:
+            from backend.doctor import gather_facts, run_checks
+
+            checks = run_checks(gather_facts())
+            with self._lock:
+                self._checks = checks
+        return self._checks
+
+    def gathered(self) -> list[Check] | None:
+        """The checks if they were gathered already; None, rather than waiting, if not."""
+        return self._checks
+
+    def blockers(self, preset: HardwarePreset | None) -> list[Check]:
+        """The problems that would break a run on `preset` (none known before a gather)."""
+        checks = self.gathered()
+        if checks is None:
+            return []
+        from backend.doctor import blocking_problems
+
+        return blocking_problems(checks, use_cpu=bool(preset and preset.use_cpu))
+
+
+__all__ = ["DoctorCache"]

@@ -1,0 +1,224 @@
+"""The monitors: the live state of each run, read incrementally from its files.
+
+One monitor per run and per app, not per browser tab: ten tabs watching one run, and the
+backend's own decisions (backend/service/decisions.py), share one set of readers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from backend import artifacts, safe_files
+from backend.charts import MemorySeries
+from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
+from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore
+from backend.snapshot import RunSnapshot
+from backend.telemetry.base import Reading
+
+# How often one run's files are re-read at most, however many tabs ask.
+POLL_INTERVAL_S = 0.5
+LOG_TAIL_LINES = 40
+
+# What a monitor keeps of a run, however long its files grow (see backend/logs.py for the
+# curve): the grad norms the alert looks at, and telemetry readings per series.
+MAX_GRAD_NORMS = 1_000
+MAX_READINGS = 20_000
+# A trainer log longer than this, met on a monitor's first poll (a long run opened after a
+# restart), is caught up by sampling all but its last CATCH_UP_TAIL_BYTES, which are read
+# line by line: the page shows the whole curve at once, never after minutes of polls.
+CATCH_UP_SAMPLE_BYTES = 32 * 1024 * 1024
+CATCH_UP_TAIL_BYTES = 4 * 1024 * 1024
+
+
+class RunMonitor:
+    """Incremental view of one run's files; polled by every tab, reads at most every 0.5 s.
+
+    Every file is opened inside the run without following links; each poll reads a bounded
+    number of bytes per file, and what is kept is bounded too (points, grad norms, readings)."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir=run_dir)
+        self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE, run_dir=run_dir)
+        self.console_tail = TextTail(run_dir / LOG_FILE, run_dir=run_dir)  # for grad_norm, which only train.log has
+        self.grad_norms: list[float] = []
+        self.series = MetricSeries()
+        self.memory: dict[tuple[str, int], MemorySeries] = {}
+        self.memory_label = ""
+        self.first_sample_at: float | None = None
+        self.counter = 0  # bumps whenever new points or readings arrive
+        self._last_poll = 0.0
+        self._lock = threading.Lock()
+
+    def poll(self, force: bool = False) -> None:
+        """Reads what the files gained; at most every POLL_INTERVAL_S unless `force`d."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_poll < POLL_INTERVAL_S and not force:
+                return
+            self._last_poll = now
+            changed = self._catch_up_by_sampling()
+            points = [p for p in map(parse_metric, self.metrics_tail.poll()) if p is not None]
+            changed = self.series.extend(points) or changed
+            for line in self.console_tail.poll():
+                printed = parse_trainer_print(line)
+                if printed is not None and "grad_norm" in printed:
+                    self.grad_norms.append(printed["grad_norm"])
+                    changed = True
+            if len(self.grad_norms) > MAX_GRAD_NORMS:
+                del self.grad_norms[: len(self.grad_norms) - MAX_GRAD_NORMS]
+            for record in self.samples_tail.poll():
+                try:
+                    reading = Reading.from_json(record)
+                except TypeError:
+                    continue
+                self._add_reading(reading)
+                changed = True
+            if changed:
+                self.counter += 1
+
+    def _catch_up_by_sampling(self) -> bool:
+        """On the first poll of a very long trainer log: its curve up to near the end from
+        evenly spaced windows (bounded reads), then line by line from there."""
+        tail = self.metrics_tail
+        if tail.offset or tail._identity is not None:
+            return False
+        size = tail.size()
+        if size is None or size <= CATCH_UP_SAMPLE_BYTES:
+            return False
+        from backend.history import CURVE_WINDOW_BYTES, CURVE_WINDOWS
+        from backend.logs import parse_records, sampled_lines
+
+        boundary = size - CATCH_UP_TAIL_BYTES
+        changed = False
+        try:
+            with safe_files.opened(self.run_dir, tail.relative) as handle:
+                for lines in sampled_lines(handle, 0, boundary, CURVE_WINDOWS, CURVE_WINDOW_BYTES):
+                    changed = self.series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None]) or changed
+        except OSError:
+            return False
+        tail.skip_to_line_after(boundary)
+        return changed
+
+    def alert(self) -> str | None:
+        """NaN/inf loss or exploding gradients in the newest points, else None."""
+        from backend.diagnose import loss_alert
+
+        with self._lock:
+            recent = self.series.points[-50:]
+            start = max(0, len(self.grad_norms) - 200)
+            grad_norms = self.grad_norms[start:]
+        loss = loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None])
+        if loss is not None:
+            return loss
+        return loss_alert([{"grad_norm": g} for g in grad_norms])
+
+    def _add_reading(self, reading: Reading) -> None:
+        if self.first_sample_at is None:
+            self.first_sample_at = reading.at
+        key = (reading.source, reading.gpu)
+        series = self.memory.get(key)
+        if series is None:
+            label = reading.label or (f"GPU {reading.gpu}" if reading.source != "process" else "training process")
+            series = self.memory[key] = MemorySeries(reading.gpu, label)
+        series.add(
+            reading.at - self.first_sample_at,
+            reading.used_bytes,
+            reading.total_bytes,
+            reading.util_pct,
+            reading.temp_c,
+            reading.power_w,
+            reading.source,
+        )
+        if len(series.times) > MAX_READINGS:
+            # Halve the older readings; the latest stay (the table shows them).
+            for column in (series.times, series.used_gib, series.total_gib):
+                column[: MAX_READINGS // 2] = column[: MAX_READINGS // 2 : 2]
+        self.memory_label = (
+            "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"
+        )
+
+    def contents(self) -> tuple[list[MetricPoint], list[MemorySeries], str, int, int]:
+        """(points, memory series, memory label, garbage lines, counter), copied under the
+        lock: the backend's watcher may be polling while a tab reads."""
+        with self._lock:
+            return (
+                list(self.series.points),
+                list(self.memory.values()),
+                self.memory_label,
+                self.metrics_tail.garbage_lines,
+                self.counter,
+            )
+
+
+def log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
+    """The last lines of the run's train.log, read from its end (the log can be large),
+    opened inside the run without following a link (a planted link shows nothing)."""
+    try:
+        data = safe_files.read_tail(run_dir, LOG_FILE, max_bytes)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    kept = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+class Monitors:
+    """The registry: one RunMonitor per run, made on first use, dropped when the run is
+    deleted, vanishes, or is resumed (its curve is re-read whole, resumed steps included)."""
+
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._monitors: dict[str, RunMonitor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str) -> RunMonitor:
+        with self._lock:
+            monitor = self._monitors.get(run_id)
+            if monitor is None:
+                monitor = self._monitors[run_id] = RunMonitor(self.store.run_dir(run_id))
+            return monitor
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._monitors.pop(run_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._monitors.clear()
+
+    def snapshot(self, state: RunState) -> RunSnapshot:
+        """What the run's files say now, for a run in `state` (read fresh by the caller)."""
+        monitor = self.get(state.id)
+        # A run that ended is read to its end: its last view is drawn once (the page stops
+        # polling it), and the backend's watcher may have polled just before the last lines.
+        monitor.poll(force=not state.active)
+        run_dir = self.store.run_dir(state.id)
+        points, memory, memory_label, garbage_lines, counter = monitor.contents()
+        adapter = artifacts.has_adapter(run_dir)
+        return RunSnapshot(
+            run=state,
+            points=points,
+            memory=memory,
+            memory_label=memory_label,
+            log_tail="" if state.active else log_tail(run_dir),
+            has_adapter=adapter,
+            garbage_lines=garbage_lines,
+            alert=monitor.alert(),
+            version=(state.state, state.exit_code, counter, adapter, state.stop_reason, state.stop_on_nan),
+        )
+
+
+__all__ = [
+    "CATCH_UP_SAMPLE_BYTES",
+    "CATCH_UP_TAIL_BYTES",
+    "LOG_TAIL_LINES",
+    "MAX_GRAD_NORMS",
+    "MAX_READINGS",
+    "Monitors",
+    "POLL_INTERVAL_S",
+    "RunMonitor",
+    "log_tail",
+]

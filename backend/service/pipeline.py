@@ -1,0 +1,265 @@
+"""The config pipeline: form values -> typed config -> findings, and what is made of a config
+(the YAML preview, the shell lines, the memory estimate, the YAML import and export).
+
+It touches no run and no process: everything here is a pure function of the form, the
+presets and the machine's files, apart from LLaMA-Factory's own check, whose answers are
+cached by `LlamaFactoryCheckCache`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from backend.config import RunConfig, parse_form, to_llamafactory_args
+from backend.findings import Finding, has_problems
+from backend.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
+from backend.runs import CONFIG_FILE, OUTPUT_DIR
+
+if TYPE_CHECKING:
+    from backend.distributed import DistributedPlan
+    from backend.estimate import MemoryEstimate
+    from backend.yaml_import import ImportResult
+
+# Answers kept by a cache; each is a short list of findings for one exact set of arguments.
+LF_CACHE_ENTRIES = 256
+
+
+@dataclass(frozen=True)
+class Preview:
+    yaml_text: str
+    command: str  # the shell lines a user could run by hand
+    findings: list[Finding]
+    config: RunConfig | None
+
+
+@dataclass(frozen=True)
+class CheckedForm:
+    """A form checked for a start: its config, preset and launch plan, and every finding
+    (LLaMA-Factory's own included when the form's own checks passed)."""
+
+    config: RunConfig
+    findings: list[Finding]
+    preset: HardwarePreset | None
+    plan: DistributedPlan | None
+
+
+class LlamaFactoryCheckCache:
+    """LLaMA-Factory's answers by exact arguments, single-flight and bounded.
+
+    Asking runs a helper process that imports torch (7-10 s): a Start during the start-up
+    prewarm, or a second tab asking about the same config, waits for the answer already
+    being computed instead of paying for it again. The oldest answers are dropped first."""
+
+    def __init__(self, max_entries: int = LF_CACHE_ENTRIES, check: Callable[[dict[str, Any]], list[Finding]] | None = None):
+        self.max_entries = max_entries
+        self._check = check
+        self._answers: OrderedDict[str, list[Finding]] = OrderedDict()
+        self._pending: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def _ask(self, args: dict[str, Any]) -> list[Finding]:
+        if self._check is not None:
+            return self._check(args)
+        # Looked up at each call: tests replace the helper on the module.
+        from backend import lf_check
+
+        return lf_check.check_with_llamafactory(args)
+
+    def _cached(self, key: str) -> list[Finding] | None:
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is not None:
+                self._answers.move_to_end(key)
+            return answer
+
+    def findings(self, args: dict[str, Any]) -> list[Finding]:
+        key = json.dumps(args, sort_keys=True, default=str)
+        answer = self._cached(key)
+        if answer is not None:
+            return list(answer)
+        with self._lock:
+            pending = self._pending.setdefault(key, threading.Lock())
+        with pending:
+            answer = self._cached(key)
+            if answer is None:
+                try:
+                    answer = self._ask(args)
+                finally:
+                    with self._lock:
+                        if self._pending.get(key) is pending:
+                            del self._pending[key]
+                with self._lock:
+                    self._answers[key] = answer
+                    while len(self._answers) > self.max_entries:
+                        self._answers.popitem(last=False)
+        return list(answer)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._answers)
+
+
+# One per process: an answer depends only on the arguments (and the installed LLaMA-Factory),
+# so every board of the process (the app's, and the tests' many) shares what was asked.
+SHARED_LF_CACHE = LlamaFactoryCheckCache()
+
+
+class ConfigPipeline:
+    """Parse, check, preview, estimate, import and export a form, on the loaded presets."""
+
+    def __init__(self, runs_root: Path, export_dir: Path, presets_dir: Path = PRESETS_DIR, lf_cache: LlamaFactoryCheckCache | None = None):
+        self.runs_root = runs_root
+        self.export_dir = export_dir
+        self.presets: dict[str, HardwarePreset]
+        self.preset_errors: list[PresetLoadError]
+        self.presets, self.preset_errors = load_presets(presets_dir)
+        self.lf_cache = lf_cache or SHARED_LF_CACHE
+
+    # --- presets ---------------------------------------------------------------------
+
+    def preset(self, preset_id: str) -> HardwarePreset | None:
+        return self.presets.get(preset_id)
+
+    def preset_choices(self) -> list[tuple[str, str]]:
+        return [(p.display_name, p.id) for p in self.presets.values()]
+
+    def form_for_preset(self, preset_id: str) -> dict[str, Any]:
+        preset = self.preset(preset_id)
+        return preset.form_values() if preset else {}
+
+    # --- parse and check -------------------------------------------------------------
+
+    def parse(self, form: Mapping[str, Any]) -> tuple[RunConfig, list[Finding], HardwarePreset | None]:
+        preset = self.preset(str(form.get("preset", "")))
+        findings: list[Finding] = []
+        if preset is None:
+            findings.append(Finding.of("preset", "unknown-preset", preset=repr(form.get("preset"))))
+        config, form_findings = parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
+        findings += form_findings
+        findings += self._check(config, preset)
+        findings += self.plan_of(form, preset)[1]
+        return config, findings, preset
+
+    def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
+        from backend.checks import check_config, check_output_dir
+
+        return check_config(config, preset) + check_output_dir(self.runs_root)
+
+    @staticmethod
+    def plan_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[DistributedPlan | None, list[Finding]]:
+        """The multi-GPU / multi-node plan the form asks for: None for one process."""
+        from backend.distributed import parse_plan_form
+
+        plan, findings = parse_plan_form(form, on_cpu=bool(preset and preset.use_cpu))
+        if plan.nproc <= 1 and plan.nnodes <= 1:
+            # One process needs no plan, but a refused value (dist_nproc=100000 falls back to
+            # its default of 1) must still reach the page rather than vanish with the plan.
+            return None, [f for f in findings if f.severity == "problem"]
+        return plan, findings
+
+    @staticmethod
+    def run_args(config: RunConfig, plan: DistributedPlan | None, output_dir: Path | str) -> dict[str, Any]:
+        """The YAML's arguments: the config's, plus the launch plan's (ddp_timeout, deepspeed)."""
+        from backend.distributed import extra_args
+
+        args = to_llamafactory_args(config, output_dir)
+        if plan is not None:
+            args.update(extra_args(plan))
+        return args
+
+    def llamafactory_findings(self, config: RunConfig, plan: DistributedPlan | None = None) -> list[Finding]:
+        """LLaMA-Factory's own parser on the config: the last word on which keys and values
+        exist (cached by the exact arguments; the demo's are asked for at start-up)."""
+        return self.lf_cache.findings(self.run_args(config, plan, "output"))
+
+    def check_for_start(self, form: Mapping[str, Any]) -> CheckedForm:
+        """Everything a start needs to know about the form; LLaMA-Factory is only asked
+        when the form's own checks found no problem (its answer takes seconds)."""
+        config, findings, preset = self.parse(form)
+        plan, _ = self.plan_of(form, preset)
+        if not has_problems(findings):
+            findings = findings + self.llamafactory_findings(config, plan)
+        return CheckedForm(config, findings, preset, plan)
+
+    def prewarm(self, form: Mapping[str, Any]) -> None:
+        """Asks LLaMA-Factory about `form` now, so that a Start with it does not wait."""
+        config, findings, _ = self.parse(form)
+        if not has_problems(findings):
+            self.llamafactory_findings(config)
+
+    # --- what is made of a config ----------------------------------------------------
+
+    def preview(self, form: Mapping[str, Any]) -> Preview:
+        import yaml
+
+        checked = self.check_for_start(form)
+        config, preset, plan = checked.config, checked.preset, checked.plan
+        output_dir = self.runs_root / "<run-id>" / OUTPUT_DIR
+        command = self.shell_lines(config, preset)
+        if plan is not None:
+            from backend.distributed import describe, node_commands
+
+            lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)
+            command = f"# {describe(plan)}\n" + "\n".join(f"# node {rank}\n{line}" for rank, line in enumerate(lines))
+        return Preview(
+            yaml_text=yaml.safe_dump(self.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
+            command=command,
+            findings=checked.findings,
+            config=config,
+        )
+
+    @staticmethod
+    def shell_lines(config: RunConfig, preset: HardwarePreset | None) -> str:
+        from backend.export import export_shell
+
+        return export_shell(config, preset, CONFIG_FILE)
+
+    def estimate(self, form: Mapping[str, Any]) -> MemoryEstimate:
+        """Peak memory per device for the form's config on its preset."""
+        from backend.estimate import estimate_memory
+
+        config, _, preset = self.parse(form)
+        return estimate_memory(config, preset)
+
+    def import_yaml(self, text: str, preset_id: str) -> ImportResult:
+        """Findings and form values of a pasted or uploaded LLaMA-Factory YAML."""
+        from backend.yaml_import import import_yaml
+
+        return import_yaml(text or "", self.preset(preset_id))
+
+    def fix_yaml(self, text: str, preset_id: str) -> tuple[str, ImportResult]:
+        """The YAML with every mechanical fix applied, and what is still wrong with it."""
+        from backend.yaml_import import apply_fixes, dump_yaml
+
+        result = self.import_yaml(text, preset_id)
+        if not result.args:
+            return text, result
+        fixed = text
+        # One fix can uncover the next (bf16 and fp16 both on -> bf16 on a card without it):
+        # apply until nothing mechanical is left, a few rounds at most.
+        for _ in range(4):
+            if not result.fixable:
+                break
+            fixed = dump_yaml(apply_fixes(result.args, result.findings))
+            result = self.import_yaml(fixed, preset_id)
+        return fixed, result
+
+    def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
+        """A YAML file to download (in the temp export dir) and the shell lines that run it."""
+        from backend.export import default_filenames, export_shell, export_yaml
+
+        config, _, preset = self.parse(form)
+        yaml_name, _ = default_filenames(config)
+        target_dir = Path(tempfile.mkdtemp(prefix="yaml-", dir=self.export_dir))
+        path = target_dir / yaml_name
+        path.write_text(export_yaml(config, f"saves/{config.run_name or 'run'}"), encoding="utf-8")
+        return path, export_shell(config, preset, yaml_name)
+
+
+__all__ = ["CheckedForm", "ConfigPipeline", "LlamaFactoryCheckCache", "Preview", "SHARED_LF_CACHE"]

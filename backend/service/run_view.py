@@ -1,0 +1,73 @@
+"""The run panel's contents, as one typed value: what the Train tab shows of a run, named
+member by member (the page maps each member to its component by name; see ui/train_tab.py).
+
+Built from a snapshot in the page's locale; every word comes from backend/view.py and every
+figure from backend/charts.py, so the page decides nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import view
+from backend.charts import loss_figure, memory_figure
+from backend.i18n import translate
+from backend.snapshot import RunSnapshot
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run, as the panel shows it. `unchanged`: the page already shows this version of
+    the run; only whether its timer ticks (`active`) is meant, every other member is empty."""
+
+    run_id: str | None
+    status: str = ""  # Markdown: state, exit code, cause and fix of a failure
+    alert: str = ""  # Markdown: NaN/inf loss or exploding gradients
+    progress: str = ""  # HTML: the progress bar and its line
+    loss_figure: dict | None = None
+    memory_figure: dict | None = None
+    gpu_table: str = ""  # Markdown
+    download: Path | None = None  # a servable copy of the adapter.zip; None: nothing to download
+    log_tail: str = ""  # the end of train.log, once the run has ended
+    version: tuple | None = None  # what was drawn: the page sends it back to skip unchanged views
+    active: bool = False  # the run trains: the page keeps polling it
+    # The run's own stop-on-NaN setting while it trains; None: not a training run's, the
+    # page's checkbox keeps its value (the setting for the next start).
+    stop_on_nan: bool | None = None
+    unchanged: bool = False
+
+
+def idle_view(locale: str = "en") -> RunView:
+    """No run watched yet."""
+    return RunView(None, status=view.status_markdown(None, locale=locale), progress=view.progress_html(None, locale))
+
+
+def gone_view(run_id: str, locale: str = "en") -> RunView:
+    """The watched run's directory was deleted."""
+    return RunView(run_id, status=view.run_gone_markdown(run_id, locale), progress=view.progress_html(None, locale))
+
+
+def unchanged_view(snapshot: RunSnapshot, version: tuple) -> RunView:
+    return RunView(snapshot.run.id, version=version, active=snapshot.run.active, unchanged=True)
+
+
+def run_view(snapshot: RunSnapshot, version: tuple, locale: str = "en", cause: str = "", fix: str = "", download: Path | None = None) -> RunView:
+    run = snapshot.run
+    return RunView(
+        run.id,
+        status=view.status_markdown(snapshot, cause, fix, locale),
+        alert=view.alert_markdown(snapshot, locale),
+        progress=view.progress_html(snapshot, locale),
+        loss_figure=loss_figure(snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale)),
+        memory_figure=memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale)),
+        gpu_table=view.gpu_table_markdown(snapshot, locale),
+        download=download,
+        log_tail=snapshot.log_tail,
+        version=version,
+        active=run.active,
+        stop_on_nan=run.stop_on_nan if run.active else None,
+    )
+
+
+__all__ = ["RunView", "gone_view", "idle_view", "run_view", "unchanged_view"]

@@ -1,0 +1,29 @@
+"""One run at a moment: its state and what its files say so far.
+
+Data only: the service's monitors build it (backend/service/monitors.py) and the page's
+words are computed from it (backend/view.py), so both import it and neither the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.charts import MemorySeries
+from backend.logs import MetricPoint
+from backend.runs import RunState
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    run: RunState
+    points: list[MetricPoint]
+    memory: list[MemorySeries]
+    memory_label: str
+    log_tail: str
+    has_adapter: bool
+    garbage_lines: int
+    alert: str | None  # NaN/inf loss or exploding gradients, said at once
+    version: tuple  # changes whenever anything the page shows changes
+
+
+__all__ = ["RunSnapshot"]
