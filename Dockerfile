@@ -26,6 +26,8 @@ RUN python3 -c "import importlib.metadata as md; have = {d.metadata['Name'].lowe
  && python3 -m pip install -c /etc/rocboard-keep-torch.txt -r /app/requirements.txt \
  && python3 -c "import torch; assert torch.version.hip, 'torch lost its ROCm build'; print('torch', torch.__version__, 'HIP', torch.version.hip)"
 
+# The app runs from this copy of the source, as `python app.py` does in a clone (/app is the
+# working directory and the script's directory), so RocBoard itself needs no pip install here.
 COPY . /app
 # The offline demo (tiny model + dataset) is built into the image: the app runs as a non-root
 # user that cannot write /app.

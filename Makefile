@@ -21,11 +21,14 @@ $(PY):
 	  $(PYTHON) -m venv --system-site-packages $(VENV); \
 	else $(PYTHON) -m venv $(VENV); fi
 
-$(VENV)/.deps: $(PY) requirements.txt
+# RocBoard itself is installed editable and without dependencies (they came from
+# requirements.txt), so nothing pip resolves for it can replace the torch above.
+$(VENV)/.deps: $(PY) requirements.txt pyproject.toml
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "torch is importable: $$($(PY) -c 'import torch; print(torch.__version__)'); not installing another."; \
 	else $(PIP) install $(TORCH_SPEC); fi
 	$(PIP) install -r requirements.txt
+	$(PIP) install --no-deps -e .
 	@touch $@
 
 $(VENV)/.test-deps: $(VENV)/.deps requirements-test.txt
@@ -48,4 +51,4 @@ bench: setup-test demo
 	$(PY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache
+	rm -rf $(VENV) demo .pytest_cache *.egg-info

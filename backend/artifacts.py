@@ -23,13 +23,13 @@ from backend import safe_files
 from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
+# A model directory has a tokenizer when it holds any one of these (backend.checks asks that
+# of the model the user names); each one saved beside an adapter goes into its archive.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tiktoken.model")
+# What else a tokenizer and the chat template are saved with; archived too, never required.
+TOKENIZER_COMPANION_FILES = (
     "special_tokens_map.json",
     "chat_template.jinja",
-    "tokenizer.model",
-    "vocab.json",
     "merges.txt",
     "added_tokens.json",
     "generation_config.json",
@@ -57,7 +57,7 @@ def adapter_members(run_dir: Path) -> list[tuple[str, str]]:
     """(path inside the run, name in the archive) for every file the archive carries."""
     if not has_adapter(run_dir):
         raise NoAdapter(f"run {run_dir.name} has no trained adapter yet (no {ADAPTER_FILES[0]} in {OUTPUT_DIR}/)")
-    members = [(f"{OUTPUT_DIR}/{name}", name) for name in ADAPTER_FILES + TOKENIZER_FILES]
+    members = [(f"{OUTPUT_DIR}/{name}", name) for name in ADAPTER_FILES + TOKENIZER_FILES + TOKENIZER_COMPANION_FILES]
     members.append((CONFIG_FILE, CONFIG_FILE))
     return [(relative, name) for relative, name in members if _packable(run_dir, relative) is not None]
 
@@ -91,24 +91,10 @@ def build_adapter_zip(run_dir: Path) -> Path:
     target = run_dir / ADAPTER_ZIP
     if _current_archive(run_dir, members):
         return target
-    dir_fd = safe_files.open_run_dir(run_dir)
-    partial = safe_files.temp_name(ADAPTER_ZIP)
-    try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-        try:
-            with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for relative, name in members:
-                    with safe_files.opened(run_dir, relative) as source:
-                        info = _zip_info(name, os.fstat(source.fileno()))
-                        with archive.open(info, "w") as member:
-                            shutil.copyfileobj(source, member, 1024 * 1024)
-            os.replace(partial, ADAPTER_ZIP, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:
-                os.unlink(partial, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
-    finally:
-        os.close(dir_fd)
+    with safe_files.atomic_writer(run_dir, ADAPTER_ZIP) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for relative, name in members:
+            with safe_files.opened(run_dir, relative) as source:
+                info = _zip_info(name, os.fstat(source.fileno()))
+                with archive.open(info, "w") as member:
+                    shutil.copyfileobj(source, member, 1024 * 1024)
     return target

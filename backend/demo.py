@@ -336,11 +336,6 @@ def build_demo(out: Path = DEMO_DIR, force: bool = False) -> DemoPaths:
     return demo_paths(out)
 
 
-def ensure_demo(out: Path = DEMO_DIR) -> DemoPaths:
-    """The demo's paths, building it first if it is missing or from another builder version."""
-    return build_demo(out, force=False)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m backend.demo", description="Build RocBoard's offline demo model and dataset.")
     parser.add_argument("--out", type=Path, default=DEMO_DIR, help=f"where to build (default: {DEMO_DIR})")

@@ -22,6 +22,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -188,18 +189,24 @@ def temp_name(name: str) -> str:
     return f".{name}.{secrets.token_hex(8)}.tmp"
 
 
-def write_atomic(run_dir: Path, relative: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
-    """Replaces the file with `data`: written under an unpredictable name (O_EXCL) in the same
-    directory, then renamed over the target. A link at the target is replaced, not followed;
-    a reader sees the old file or the new one, never half of one."""
+@contextmanager
+def atomic_writer(run_dir: Path, relative: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file that replaces `relative` when the `with` block ends without an error.
+
+    It is written under an unpredictable name (O_EXCL) in the same directory, then renamed
+    over the target: a link at the target is replaced, not followed, and a reader sees the
+    old file or the new one, never half of one. On an error the partial file is removed and
+    the target is left as it was."""
     parts = _parts(relative)
+    if not parts:
+        raise UnsafePath(errno.EISDIR, "no file named", os.fspath(relative))
     dir_fd = open_dir_in_run(run_dir, PurePosixPath(*parts[:-1]) if len(parts) > 1 else "")
     try:
         tmp = temp_name(parts[-1])
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                yield handle
             os.replace(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             try:
@@ -209,6 +216,12 @@ def write_atomic(run_dir: Path, relative: str | os.PathLike[str], data: bytes, m
             raise
     finally:
         os.close(dir_fd)
+
+
+def write_atomic(run_dir: Path, relative: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+    """Replaces the file with `data` (see atomic_writer)."""
+    with atomic_writer(run_dir, relative, mode) as handle:
+        handle.write(data)
 
 
 def make_dir(run_dir: Path, relative: str | os.PathLike[str]) -> None:
@@ -227,6 +240,7 @@ def make_dir(run_dir: Path, relative: str | os.PathLike[str]) -> None:
 
 __all__ = [
     "UnsafePath",
+    "atomic_writer",
     "is_directory",
     "is_regular_file",
     "list_dir",

@@ -8,8 +8,10 @@ asserts; a missed goal is a figure written down honestly.
 
 This module holds what the benches share, so that every bench measures the same way:
 statistics, machine conditions, the demo trainer as the bare CLI runs it, RocBoard's
-server, LlamaBoard's server, headless Chromium, and watchers that stamp the moments a
-trainer's output files change.
+server timed, LlamaBoard's server, and watchers that stamp the moments a trainer's output
+files change. What they share with the tests (waiting, ports, HTTP, processes, the app
+server, headless Chromium) is tests/harness.py, imported from the repository root where
+`make bench` runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,13 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import psutil
 
-import psutil  # noqa: E402
-
-PYTHON = sys.executable
+from tests.harness import AppServer, ServerProcess, free_port, http_get, kill_tree, process_tree, run_states, wait_for, wait_until
 
 # How often the watchers look at the disk: the resolution of every "when did it appear".
 WATCH_INTERVAL_S = 0.05
@@ -132,25 +129,6 @@ def bench_arguments(argv: Sequence[str] | None = None) -> bool:
 # --- processes ------------------------------------------------------------------------
 
 
-def process_tree(root_pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(root_pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def kill_tree(root_pid: int) -> None:
-    """SIGKILL a process we started and everything under it (by pid, never by name)."""
-    tree = process_tree(root_pid)
-    for member in tree:
-        try:
-            member.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(tree, timeout=10)
-
-
 def cpu_seconds(processes: Iterable[psutil.Process]) -> float:
     """User + system CPU time of these processes (those that still exist)."""
     total = 0.0
@@ -227,17 +205,6 @@ class CpuMeter:
         return 100.0 * self.browser_cpu_s / self.wall_s
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = WATCH_INTERVAL_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
-
-
 def wait_quiet(pids: Sequence[int], threshold_percent: float = 10.0, window_s: float = 1.0, timeout_s: float = 60.0) -> float:
     """Waits until these processes (and their children) use under `threshold_percent` of
     one core over a window: a server that answered may still be busy finishing its start.
@@ -291,10 +258,7 @@ def helpers_settled(server_pid: int, timeout_s: float = 120.0) -> float:
         except psutil.NoSuchProcess:
             return True
 
-    try:
-        wait_for(no_children, timeout_s, "the server's helper processes to end", interval_s=0.25)
-    except TimeoutError:
-        pass  # measured anyway; the report shows the load average
+    wait_for(no_children, timeout_s, interval=0.25)  # past the timeout it is measured anyway; the report shows the load average
     return time.monotonic() - started
 
 
@@ -492,40 +456,29 @@ def phase_durations(click_at: float, process_start: float | None, marks: dict[st
 # --- RocBoard's server ---------------------------------------------------------------
 
 
-def rocboard_server(workdir: Path):
-    """RocBoard's server (tests.browser.AppServer: `python app.py` on a free port with its
+class TimedAppServer(AppServer):
+    """RocBoard's server (tests.harness.AppServer: `python app.py` on a free port with its
     own runs dir), with the time from spawn to its first HTTP 200 measured finely."""
-    from tests.browser import AppServer
 
-    class TimedAppServer(AppServer):
-        serving_after_s: float | None = None
-        announced_after_s: float | None = None  # it printed its URL: page built, launch begins
+    serving_after_s: float | None = None
+    announced_after_s: float | None = None  # it printed its URL: page built, launch begins
 
-        def start(self) -> "TimedAppServer":
-            self.gradio_temp.mkdir(parents=True, exist_ok=True)
-            spawned = time.monotonic()
-            with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-                self.process = subprocess.Popen(
-                    self.command(), cwd=ROOT, env=self.environment(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-                )
+    def start(self) -> "TimedAppServer":
+        spawned = time.monotonic()
+        self.spawn()
 
-            def serving() -> bool:
-                if self.announced_after_s is None and b"RocBoard: http" in self.stderr_path.read_bytes():
-                    self.announced_after_s = time.monotonic() - spawned
-                return self._answers()
+        def serving() -> bool:
+            if self.announced_after_s is None and b"RocBoard: http" in self.stderr_path.read_bytes():
+                self.announced_after_s = time.monotonic() - spawned
+            return self.answers()
 
-            wait_for(serving, SERVER_START_TIMEOUT_S, f"RocBoard on port {self.port} to answer")
-            self.serving_after_s = time.monotonic() - spawned
-            return self
+        wait_until(serving, SERVER_START_TIMEOUT_S, interval=WATCH_INTERVAL_S, what=f"RocBoard on port {self.port} to answer")
+        self.serving_after_s = time.monotonic() - spawned
+        return self
 
+
+def rocboard_server(workdir: Path) -> TimedAppServer:
     return TimedAppServer(workdir=workdir)
-
-
-def chromium():
-    """Headless Debian Chromium through Playwright (tests.browser's flags)."""
-    from tests.browser import chromium_browser
-
-    return chromium_browser()
 
 
 # Reads the number of points the page's loss chart draws (plotly keeps its traces on the div).
@@ -541,17 +494,26 @@ LOSS_CHART_LAST_STEP_JS = """() => {
 }"""
 
 
-def run_states(runs_dir: Path) -> list[dict[str, Any]]:
-    from tests.browser import run_states as read_states
-
-    return read_states(runs_dir)
-
-
 def newest_run(runs_dir: Path, known: set[str]) -> dict[str, Any] | None:
     for state in run_states(runs_dir):
         if state["id"] not in known:
             return state
     return None
+
+
+def start_and_see_first_point(page: Any, runs_dir: Path, known: set[str]) -> tuple[float, str, float]:
+    """Clicks the page's Start and waits until the page shows the new run with one loss
+    point drawn. Returns (time of the click, the new run's id, time the point was visible)."""
+    clicked = time.time()
+    page.click("#start")
+    state = wait_until(lambda: newest_run(runs_dir, known), 300, interval=WATCH_INTERVAL_S, what="the new run to appear")
+    run_id = state["id"]
+    page.wait_for_function(
+        f"() => (document.querySelector('#status') || {{}}).innerText.includes('{run_id}') && ({LOSS_CHART_POINTS_JS})() >= 1",
+        polling=20,
+        timeout=int(TRAINER_TIMEOUT_S * 1000),
+    )
+    return clicked, run_id, time.time()
 
 
 def fake_run(runs_dir: Path, points: int, active: bool) -> tuple[str, Path, subprocess.Popen | None]:
@@ -599,23 +561,17 @@ def trainer_log_line(step: int, total_steps: int) -> str:
 # --- LlamaBoard (`llamafactory-cli webui`) ----------------------------------------------
 
 
-class LlamaBoardServer:
+class LlamaBoardServer(ServerProcess):
     """`llamafactory-cli webui` in its own temporary working dir (its `saves/` lands there),
     on a free loopback port; BROWSER=true so its `inbrowser=True` opens nothing."""
 
     def __init__(self, workdir: Path):
-        from tests.browser import free_port
-
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.serving_after_s: float | None = None
         self.log_path = workdir / "webui.log"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "LlamaBoardServer":
         from backend.launcher import llamafactory_cli
@@ -638,13 +594,11 @@ class LlamaBoardServer:
             self.process = subprocess.Popen(
                 [cli, "webui"], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        wait_for(self._answers, SERVER_START_TIMEOUT_S, f"LlamaBoard on port {self.port} to answer")
+        wait_until(self.answers, SERVER_START_TIMEOUT_S, interval=WATCH_INTERVAL_S, what=f"LlamaBoard on port {self.port} to answer")
         self.serving_after_s = time.monotonic() - spawned
         return self
 
-    def _answers(self) -> bool:
-        from tests.browser import http_get
-
+    def answers(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
             raise RuntimeError(f"LlamaBoard exited with {self.process.returncode}:\n{self.log_path.read_text(errors='replace')[-3000:]}")
         try:
@@ -675,16 +629,6 @@ class LlamaBoardServer:
             self.process.wait(timeout=15)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             kill_tree(self.process.pid)
-
-    def __enter__(self) -> "LlamaBoardServer":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 @dataclass

@@ -31,57 +31,39 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
-    LOSS_CHART_POINTS_JS,
     PHASE_LABELS,
-    PYTHON,
-    ROOT,
     TRAINER_TIMEOUT_S,
+    WATCH_INTERVAL_S,
     LlamaBoardServer,
     OutputWatcher,
     Workspace,
     bench_arguments,
-    chromium,
     conditions,
     conditions_line,
     demo_config,
     goal_row,
     helpers_settled,
-    kill_tree,
     newest_run,
     phase_durations,
     process_started_at,
-    process_tree,
     rocboard_server,
-    run_states,
     show,
     spread,
-    wait_for,
+    start_and_see_first_point,
     wait_quiet,
 )
+from tests.harness import PYTHON, ROOT, chromium_browser, kill_tree, process_tree, run_states, wait_until
 
 # The start path in a fresh interpreter: what one click costs before the trainer exists.
 START_PATH_SCRIPT = r"""
-import json, shutil, sys, tempfile, time
+import json, shutil, tempfile, time
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-import psutil
 from backend.service import RocBoard, demo_form
+from tests.harness import kill_tree, wait_for
 
 def end(board, run):
-    tree = [psutil.Process(run.pid)]
-    try:
-        tree += tree[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        pass
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(tree, timeout=10)
-    deadline = time.monotonic() + 10
-    while board.store.read(run.id).active and time.monotonic() < deadline:
-        time.sleep(0.05)
+    kill_tree(run.pid)
+    wait_for(lambda: not board.store.read(run.id).active, 10, interval=0.05)
 
 work = Path(tempfile.mkdtemp(prefix="bench-start-path-"))
 board = RocBoard(work / "runs", export_dir=work / "exports")
@@ -105,7 +87,7 @@ print(json.dumps(timings))
 def start_path(repeats: int) -> dict[str, Any]:
     samples = []
     for _ in range(repeats):
-        out = subprocess.run([PYTHON, "-c", START_PATH_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        out = subprocess.run([PYTHON, "-c", START_PATH_SCRIPT], capture_output=True, text=True, timeout=600, cwd=ROOT)
         if out.returncode != 0:
             raise RuntimeError(out.stdout[-1000:] + out.stderr[-2000:])
         samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -130,21 +112,12 @@ def rocboard_trial(browser: Any, server: Any) -> dict[str, Any]:
 
         watcher = OutputWatcher(output_dir).start()
         helpers_at_click = len(process_tree(server.process.pid)) - 1
-        clicked = time.time()
-        page.click("#start")
-        state = wait_for(lambda: newest_run(runs_dir, known), 300, "the new run to appear")
-        run_id = state["id"]
-        page.wait_for_function(
-            f"() => (document.querySelector('#status') || {{}}).innerText.includes('{run_id}') && ({LOSS_CHART_POINTS_JS})() >= 1",
-            polling=20,
-            timeout=int(TRAINER_TIMEOUT_S * 1000),
-        )
-        visible = time.time()
+        clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)
         watcher.stop()
         state = next(s for s in run_states(runs_dir) if s["id"] == run_id)
         if state.get("pid"):
             kill_tree(state["pid"])
-        wait_for(lambda: all(s["state"] not in ("starting", "running") for s in run_states(runs_dir) if s["id"] == run_id), 30, "the run to end")
+        wait_until(lambda: all(s["state"] not in ("starting", "running") for s in run_states(runs_dir) if s["id"] == run_id), 30, interval=WATCH_INTERVAL_S, what="the run to end")
         return {**trial_figures(clicked, process_started_at(state.get("pid_started")), watcher, visible), "helpers_at_click": helpers_at_click}
     finally:
         context.close()
@@ -250,14 +223,14 @@ def llamaboard_trial(browser: Any, server: LlamaBoardServer, form: dict[str, Any
         watcher = OutputWatcher(output_dir).start()
         clicked = time.time()
         labelled(page, "button", "Start").click()
-        wait_for(trainer_seen, 300, "LlamaBoard's trainer process")
+        wait_until(trainer_seen, 300, interval=WATCH_INTERVAL_S, what="LlamaBoard's trainer process")
         page.get_by_text(re.compile(r"Running \d+/\d+")).filter(visible=True).first.wait_for(timeout=int(TRAINER_TIMEOUT_S * 1000))
         visible = time.time()
         watcher.stop()
         trainer = server.trainer()
         if trainer is not None:
             kill_tree(trainer.pid)
-        wait_for(lambda: server.trainer() is None, 30, "LlamaBoard's trainer to end")
+        wait_until(lambda: server.trainer() is None, 30, interval=WATCH_INTERVAL_S, what="LlamaBoard's trainer to end")
         time.sleep(2.5)  # LlamaBoard notices its trainer ended at its next 2 s check
         figures = trial_figures(clicked, process_started_at(trainer_started.get("at")), watcher, visible)
         figures["command"] = command
@@ -281,7 +254,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         rocboard = rocboard_server(workdir / "rocboard")
         llamaboard = LlamaBoardServer(workdir / "llamaboard")
         try:
-            with chromium() as browser:
+            with chromium_browser() as browser:
                 rocboard.start()
                 result["rocboard_serving_s"] = rocboard.serving_after_s
                 # A user who presses Start as soon as the page is up, while the server's

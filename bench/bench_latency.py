@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,22 +27,19 @@ from typing import Any
 from bench import (
     LOSS_CHART_LAST_STEP_JS,
     LOSS_CHART_POINTS_JS,
-    PYTHON,
-    ROOT,
     Workspace,
     bench_arguments,
-    chromium,
     conditions,
     conditions_line,
     fake_run,
     goal_row,
     helpers_settled,
-    kill_tree,
     rocboard_server,
     show,
     spread,
     trainer_log_line,
 )
+from tests.harness import PYTHON, ROOT, chromium_browser, kill_tree
 
 REFRESH_S = 1.0  # ui/train_tab.py TICK_S
 LATENCY_GOAL_S = REFRESH_S + 0.5
@@ -52,11 +48,10 @@ HISTORY_POINTS = 30
 
 # Where app start goes, measured in a fresh interpreter the way serve_main does it.
 START_BREAKDOWN_SCRIPT = r"""
-import json, os, shutil, sys, tempfile, time
+import json, os, shutil, tempfile, time
 from pathlib import Path
 t0 = time.perf_counter()
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-sys.path.insert(0, sys.argv[1])
 import gradio
 t1 = time.perf_counter()
 from backend.service import RocBoard
@@ -80,7 +75,7 @@ def interpreter_start_s() -> float:
 
 def start_breakdown() -> dict[str, float]:
     started = time.perf_counter()
-    out = subprocess.run([PYTHON, "-c", START_BREAKDOWN_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = subprocess.run([PYTHON, "-c", START_BREAKDOWN_SCRIPT], capture_output=True, text=True, timeout=300, cwd=ROOT)
     total = time.perf_counter() - started
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -166,7 +161,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                     breakdowns.append(start_breakdown())
             # The last server stays up for the page and latency figures.
             try:
-                with chromium() as browser:
+                with chromium_browser() as browser:
                     first_load = page_load(browser, server.url, HISTORY_POINTS)
                     settle_s = helpers_settled(server.process.pid)
                     page_load(browser, server.url, HISTORY_POINTS)  # warm-up, not counted

@@ -28,27 +28,24 @@ from bench import (
     CpuMeter,
     Workspace,
     bench_arguments,
-    chromium,
     conditions,
     conditions_line,
     demo_config,
     fake_run,
     goal_row,
     helpers_settled,
-    kill_tree,
     load_average,
     logged_steps,
-    newest_run,
     process_started_at,
     rocboard_server,
     run_cli_trainer,
-    run_states,
     show,
     spread,
+    start_and_see_first_point,
     train_runtime,
     trainer_log_line,
-    wait_for,
 )
+from tests.harness import chromium_browser, kill_tree, run_states, wait_until
 
 OVERHEAD_GOAL = 1.02
 WATCH_CPU_GOAL_PERCENT = 1.0
@@ -147,16 +144,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
         page.wait_for_selector("#start:not([disabled])", state="visible", timeout=120_000)
         known = {state["id"] for state in run_states(runs_dir)}
         with CpuMeter(server.process.pid) as meter:
-            clicked = time.time()
-            page.click("#start")
-            state = wait_for(lambda: newest_run(runs_dir, known), 300, "the new run to appear")
-            run_id = state["id"]
-            page.wait_for_function(
-                f"() => (document.querySelector('#status') || {{}}).innerText.includes('{run_id}') && ({LOSS_CHART_POINTS_JS})() >= 1",
-                polling=20,
-                timeout=int(TRAINER_TIMEOUT_S * 1000),
-            )
-            visible = time.time()
+            clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)
 
             def ended() -> dict[str, Any] | None:
                 for s in run_states(runs_dir):
@@ -164,7 +152,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
                         return s
                 return None
 
-            final = wait_for(ended, TRAINER_TIMEOUT_S, f"run {run_id} to end", interval_s=0.2)
+            final = wait_until(ended, TRAINER_TIMEOUT_S, interval=0.2, what=f"run {run_id} to end")
         output_dir = runs_dir / run_id / "output"
         return {
             "run_id": run_id,
@@ -196,7 +184,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         server.start()
         try:
             result["helpers_settled_after_s"] = helpers_settled(server.process.pid)
-            with chromium() as browser:
+            with chromium_browser() as browser:
                 result["steady_watch"] = steady_watch(workdir, browser, server, runs_dir, watch_seconds, long_history=not quick)
                 for index, kind in enumerate(order):
                     load_before = load_average()[0]

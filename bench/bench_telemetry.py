@@ -17,23 +17,19 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import psutil
 
-import psutil  # noqa: E402
-
-from backend.telemetry.fake_sysfs import build_fake_sysfs  # noqa: E402
-from backend.telemetry.rocm_smi import ROCM_SMI_ARGS, parse_rocm_smi  # noqa: E402
-from backend.telemetry.sampler import Sampler  # noqa: E402
-from backend.telemetry.sysfs import SysfsSource  # noqa: E402
-from backend.telemetry.tool import run_tool  # noqa: E402
+from backend.telemetry.fake_sysfs import build_fake_sysfs
+from backend.telemetry.rocm_smi import ROCM_SMI_ARGS, parse_rocm_smi
+from backend.telemetry.sampler import Sampler
+from backend.telemetry.sysfs import SysfsSource
+from backend.telemetry.tool import run_tool
+from tests.harness import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "telemetry" / "rocm-smi-5.2.3-json.stdout"
 

@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import ROOT, conditions, load_average
+from bench import conditions, load_average
+from tests.harness import ROOT
 
 # (key, section title, module), in the order of BENCHMARKS.md and of the run.
 SECTIONS: tuple[tuple[str, str, str], ...] = (

@@ -1,16 +1,17 @@
-"""Shared fixtures. Tests run offline: no hub, no analytics."""
+"""Shared fixtures. Tests run offline: no hub, no analytics.
+
+RocBoard is imported as the installed package (`pip install -e .`, which `make test` does);
+`tests` is a package itself, so `from tests.harness import ...` resolves from the repository
+root that pytest puts first on the path for it.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.harness import CHROMIUM, AppServer, chromium_available, chromium_browser
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -19,9 +20,38 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 @pytest.fixture(scope="session")
 def demo_assets():
     """The tiny offline demo model and dataset (built once if missing)."""
-    from backend.demo import ensure_demo
+    from backend.demo import build_demo
 
-    return ensure_demo()
+    return build_demo()
+
+
+@pytest.fixture
+def launcher(tmp_path):
+    """A Launcher over a fresh runs dir; whatever it left running is stopped afterwards."""
+    from backend.launcher import Launcher
+    from backend.runs import RunStore
+
+    launcher = Launcher(RunStore(tmp_path / "runs"))
+    yield launcher
+    for state in launcher.store.list():
+        if state.active:
+            launcher.stop(state.id)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser per test module; each test opens its own context (cookies, locale)."""
+    if not chromium_available():
+        pytest.skip(f"browser tests need Playwright and {CHROMIUM}")
+    with chromium_browser() as browser:
+        yield browser
+
+
+@pytest.fixture(scope="module")
+def app_server(demo_assets, tmp_path_factory):
+    """One app per test module, on a free loopback port with its own runs dir."""
+    with AppServer(workdir=tmp_path_factory.mktemp("app")) as server:
+        yield server
 
 
 # --- the hostile-input tally docs/security.md quotes -------------------------------------------

@@ -28,7 +28,7 @@ import pytest
 
 from backend.i18n import translate
 from backend.service import demo_form
-from tests.browser import ROOT, app_server, chromium, trainer_process, wait_until  # noqa: F401 (fixtures)
+from tests.harness import ROOT, trainer_process, wait_until
 
 pytestmark = pytest.mark.browser
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from backend import demo
-from backend.demo import DemoPaths, build_demo, demo_paths, ensure_demo
+from backend.demo import DemoPaths, build_demo, demo_paths
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,6 @@ def test_second_build_leaves_the_demo_alone(built: DemoPaths, monkeypatch: pytes
 
     monkeypatch.setattr(demo, "_build_into", must_not_build)
     out = built.model_dir.parent
-    assert ensure_demo(out) == built
     assert build_demo(out) == built
     assert demo.main(["--out", str(out)]) == 0
     assert "up to date" in capsys.readouterr().out
@@ -159,7 +158,7 @@ def test_stale_or_unfinished_demo_is_rebuilt(tmp_path: Path, monkeypatch: pytest
     if stamp is not None:
         (out / demo.STAMP_FILE).write_text(stamp, encoding="utf-8")
 
-    ensure_demo(out)
+    build_demo(out)
     assert (out / "model" / "marker").read_text(encoding="utf-8") == "new"
     assert demo.is_demo_current(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no staging or retired folders left

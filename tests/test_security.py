@@ -26,7 +26,7 @@ import yaml
 from backend.artifacts import build_adapter_zip, has_adapter
 from backend.runs import RunNotFound, RunState
 from backend.security import Credentials, AuthError, bind_refusal, resolve_credentials
-from tests.browser import ROOT, AppServer, chromium, free_port, http_get, kill_tree, trainer_process, wait_until  # noqa: F401 (chromium: fixture)
+from tests.harness import ROOT, AppServer, free_port, http_get, kill_tree, trainer_process, wait_until
 
 USER = "rocboard-tester"
 PASSWORD = "Pw-9f3c-Zq81-never-printed"

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from backend.security import AUTH_FILE_MAX_BYTES, AuthError, Credentials, read_auth_file, resolve_credentials, share_refusal
-from tests.browser import AppServer, free_port, wait_until
+from tests.harness import AppServer, free_port, wait_until
 from tests.test_security import run_app
 from ui.guard import (
     EMPTY_API_INFO,

@@ -17,6 +17,7 @@ from backend.telemetry.fake_sysfs import build_fake_sysfs, set_vram_used
 from backend.telemetry.process import PROCESS_LABEL, ProcessMemorySource
 from backend.telemetry.sampler import Sampler, read_samples
 from backend.telemetry.sysfs import SysfsSource
+from tests.harness import wait_until
 
 MB = 1024**2
 
@@ -168,7 +169,7 @@ def test_the_thread_samples_and_writes_until_stopped(tmp_path, fake_sys_root):
     try:
         threads = [t for t in threading.enumerate() if t.name == "rocboard-telemetry"]
         assert len(threads) == 1 and threads[0].daemon
-        _wait_for(lambda: samples.exists() and len(samples.read_text().splitlines()) >= 4)
+        wait_until(lambda: samples.exists() and len(samples.read_text().splitlines()) >= 4, 20, 0.02, what="four lines in the samples file")
         assert {r.gpu for r in sampler.latest()} == {0, 1}
     finally:
         sampler.stop()
@@ -188,7 +189,7 @@ def test_detection_runs_on_the_thread_and_the_pid_reaches_the_process_source(mon
     sampler.watch(None, pid=psutil.Process().pid)
     sampler.start()
     try:
-        _wait_for(lambda: sampler.latest() != [])
+        wait_until(lambda: sampler.latest() != [], 20, 0.02, what="a first sample")
         assert sampler.source_name == "process"
         assert sampler.latest()[0].label == PROCESS_LABEL
         assert [s.name for s in sampler.statuses()] == ["sysfs", "amd-smi", "rocm-smi", "nvidia-smi", "process"]
@@ -277,16 +278,6 @@ def test_process_source_with_no_or_a_finished_process_reads_nothing():
 @pytest.fixture
 def fake_sys_root(tmp_path: Path) -> Path:
     return build_fake_sysfs(tmp_path / "sys")
-
-
-def _wait_for(condition, limit_s: float = 20.0) -> None:
-    """Poll until `condition()` holds; a generous limit is a hang guard, not a speed check."""
-    import time
-
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
 
 
 def test_the_watched_runs_own_visible_devices_decide_which_gpus_are_charted(tmp_path, fake_sys_root):

@@ -11,7 +11,7 @@ import pytest
 
 from backend.telemetry.base import Reading
 from backend.telemetry.fake_sysfs import DEFAULT_CARDS, build_fake_sysfs, set_vram_used
-from backend.telemetry.sysfs import SysfsSource, find_amd_cards, pick_temperature, read_sysfs
+from backend.telemetry.sysfs import SysfsSource, find_amd_cards, pick_temperature, read_sysfs_cards
 from backend.telemetry.topology import (
     CardIdentity,
     VisibleGpu,
@@ -44,7 +44,7 @@ def test_only_amd_cards_are_found_and_connectors_skipped(fake_sys):
 
 
 def test_raw_sysfs_readings_in_card_order_with_units_converted(fake_sys):
-    readings = read_sysfs(fake_sys)
+    readings = read_sysfs_cards(find_amd_cards(fake_sys))
     assert [(r.gpu, r.used_bytes, r.total_bytes, r.util_pct, r.temp_c, r.power_w) for r in readings] == [
         (0, 97 * 1024**2, 512 * 1024**2, 3.0, 41.0, 9.0),
         (1, 794341376, XTX_TOTAL, 37.0, 49.0, 19.0),  # power1_average

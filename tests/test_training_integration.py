@@ -15,18 +15,9 @@ import pytest
 
 from backend.service import RocBoard, demo_form
 from backend.telemetry.sampler import Sampler
+from tests.harness import wait_for
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def wait_for(predicate, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
 
 
 @pytest.fixture
@@ -52,7 +43,7 @@ def test_demo_run_learns_and_its_adapter_loads(board, tmp_path):
         seen_counts.append(len(snap.points))
         return snap if not snap.run.active else None
 
-    snap = wait_for(finished, timeout=420)
+    snap = wait_for(finished, timeout=420, interval=0.5)
     assert snap is not None, "the demo run did not end in time"
     log = (board.store.run_dir(run_id) / "train.log").read_text()
     assert snap.run.state == "finished", log[-3000:]
@@ -102,7 +93,7 @@ def test_stop_mid_run_leaves_no_process(board):
     assert not second.started and any(f.rule == "run-active" for f in second.findings)
     assert len(board.store.list()) == before
 
-    assert wait_for(lambda: board.snapshot(run_id).points, timeout=300), "no loss point arrived"
+    assert wait_for(lambda: board.snapshot(run_id).points, timeout=300, interval=0.5), "no loss point arrived"
     root = psutil.Process(board.store.read(run_id).pid)
     tree = [root] + root.children(recursive=True)
     started = time.monotonic()

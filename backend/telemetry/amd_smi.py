@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Mapping
+from typing import Any
 
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, iter_json
@@ -163,12 +163,3 @@ class AmdSmiSource(CommandSource):
     def after_probe(self) -> None:
         listing = run_tool(AMD_SMI_LIST_ARGS, self.probe_timeout_s, self.env)
         self._identities = parse_amd_smi_list(listing.stdout) if not listing.error else {}
-
-
-def read_amd_smi(timeout_s: float = 5.0, env: Mapping[str, str] | None = None) -> list[Reading]:
-    """Run amd-smi once; gpu-numbered readings, [] when it fails, times out or prints nothing."""
-    output = run_tool(AMD_SMI_ARGS, timeout_s, env)
-    return parse_amd_smi_metric(output.stdout) if not output.error else []
-
-
-

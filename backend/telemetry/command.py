@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -27,39 +28,34 @@ DRIVER_HINT = (
 )
 
 
+def _json_values(text: str) -> Iterator[Any]:
+    """Each top-level JSON object or array in `text`, in order; stray text around and
+    between them is skipped."""
+    decoder = json.JSONDecoder()
+    position = 0
+    while True:
+        starts = [p for p in (text.find("{", position), text.find("[", position)) if p >= 0]
+        if not starts:
+            return
+        start = min(starts)
+        try:
+            value, position = decoder.raw_decode(text, start)
+        except ValueError:
+            position = start + 1
+            continue
+        yield value
+
+
 def extract_json(text: str) -> Any | None:
     """The first JSON object or array in `text`: tools print warnings (Python
     SyntaxWarnings, "WARNING: ..." lines) on stdout before their JSON."""
-    decoder = json.JSONDecoder()
-    start = 0
-    while True:
-        positions = [p for p in (text.find("{", start), text.find("[", start)) if p >= 0]
-        if not positions:
-            return None
-        position = min(positions)
-        try:
-            value, _ = decoder.raw_decode(text, position)
-            return value
-        except ValueError:
-            start = position + 1
+    return next(_json_values(text), None)
 
 
 def iter_json(text: str) -> list[Any]:
     """Every top-level JSON object or array in `text`, in order (stray text between them
     skipped): one amd-smi release printed its whole answer twice."""
-    decoder = json.JSONDecoder()
-    values: list[Any] = []
-    position = 0
-    while True:
-        starts = [p for p in (text.find("{", position), text.find("[", position)) if p >= 0]
-        if not starts:
-            return values
-        start = min(starts)
-        try:
-            value, position = decoder.raw_decode(text, start)
-            values.append(value)
-        except ValueError:
-            position = start + 1
+    return list(_json_values(text))
 
 
 def first_line(text: str, limit: int = 200) -> str:

@@ -9,11 +9,10 @@ is applied; the run's numbering is nvidia-smi's when it is unset.
 from __future__ import annotations
 
 import time
-from typing import Mapping
 
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.command import CommandSource
-from backend.telemetry.tool import ToolOutput, run_tool
+from backend.telemetry.tool import ToolOutput
 from backend.telemetry.topology import CardIdentity, to_run_indices
 
 NVIDIA_SMI_ARGS = [
@@ -77,9 +76,3 @@ class NvidiaSmiSource(CommandSource):
         # KFD topology and ROCR/HIP variables are AMD's; CUDA's variable alone decides here.
         cuda_only = {k: v for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"}
         return to_run_indices(readings, {}, None, cuda_only)
-
-
-def read_nvidia_smi(timeout_s: float = 5.0, env: Mapping[str, str] | None = None) -> list[Reading]:
-    """Run nvidia-smi once; readings numbered as nvidia-smi numbers them, [] on failure."""
-    output = run_tool(NVIDIA_SMI_ARGS, timeout_s, env)
-    return parse_nvidia_smi(output.stdout) if not output.error else []

@@ -147,11 +147,3 @@ class RocmSmiSource(CommandSource):
 
     def unavailable(self, output: ToolOutput) -> SourceStatus | None:
         return diagnose_rocm_smi(output.stdout, output.stderr)
-
-
-def read_rocm_smi(timeout_s: float = 5.0, env: Mapping[str, str] | None = None) -> list[Reading]:
-    """Run rocm-smi once; card-numbered readings, [] when it fails or times out."""
-    from backend.telemetry.tool import run_tool
-
-    output = run_tool(ROCM_SMI_ARGS, timeout_s, env)
-    return parse_rocm_smi(output.stdout) if not output.error else []

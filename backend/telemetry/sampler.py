@@ -141,10 +141,6 @@ class Sampler:
                 return DETECTING
             return self._sources[0].name if self._sources else "none"
 
-    @property
-    def watched_pid(self) -> int | None:
-        return self._pid
-
     # ----- the sampler thread -----------------------------------------------------------
 
     def tick(self) -> list[Reading]:

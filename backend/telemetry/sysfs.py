@@ -45,14 +45,6 @@ class SysfsCard:
     power_files: tuple[Path, ...] = ()  # power1_average, then power1_input
 
 
-def parse_int(text: str) -> int | None:
-    """One integer sysfs file ("25753026560\\n"); None for anything else."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
 def parse_uevent_pci_address(text: str) -> str | None:
     """PCI_SLOT_NAME from a device's uevent file."""
     match = re.search(r"^PCI_SLOT_NAME=(\S+)$", text, re.MULTILINE)
@@ -162,12 +154,6 @@ def read_card(card: SysfsCard, at: float | None = None) -> Reading:
         at=time.time() if at is None else at,
         label=f"card{card.card}",
     )
-
-
-def read_sysfs(sysfs_root: Path = Path("/sys")) -> list[Reading]:
-    """Every AMD card's reading, numbered by card number (not yet by the run's index)."""
-    at = time.time()
-    return [read_card(card, at) for card in find_amd_cards(sysfs_root)]
 
 
 class SysfsSource:

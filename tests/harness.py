@@ -1,12 +1,17 @@
-"""Shared helpers for tests that run the real app: a server subprocess and headless Chromium.
+"""What tests and benches share to run the real app: waiting, ports, HTTP, processes, the app
+server and headless Chromium.
 
-`AppServer` starts `python app.py` on a free loopback port with its own runs dir and
-Gradio temp dir, waits until it answers, and on exit stops it and every trainer it started
-(trainers run in their own session and would otherwise outlive the server). `chromium()`
-launches Debian's Chromium through Playwright, which never downloads a browser here.
+One module for both, so a test and a bench start the app, drive the browser and wait the
+same way. It lives in `tests/` (a package: `from tests.harness import ...`) because it is
+test tooling, not part of the installed app, and both its users run from the repository
+root (`make test`, `make bench`). It imports no pytest: the benches use it as plain code;
+the fixtures built on it are in tests/conftest.py.
 
-Test modules load the fixtures with `pytest_plugins = ["tests.browser"]`, or import the
-helpers directly.
+`AppServer` starts `python app.py` on a free loopback port with its own runs dir and Gradio
+temp dir, waits until it answers, and on exit stops it and every trainer it started
+(trainers run in their own session and would otherwise outlive the server).
+`chromium_browser()` launches Debian's Chromium through Playwright, which never downloads a
+browser here.
 """
 
 from __future__ import annotations
@@ -14,18 +19,22 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
-import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -42,26 +51,43 @@ CHROMIUM_ARGS = [
 ]
 # Two shared CPU cores: importing gradio and building the page can take a while.
 SERVER_START_TIMEOUT_S = 120.0
+# How often a wait looks again unless told otherwise: often enough that a test does not
+# sit idle, rarely enough that a predicate reading a page or a run does not load the machine.
+WAIT_INTERVAL_S = 0.25
 
 T = TypeVar("T")
+
+
+# --- waiting ------------------------------------------------------------------------------
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, interval: float = WAIT_INTERVAL_S) -> T:
+    """The first truthy value of `predicate()` within `timeout` seconds, else its last (falsy)
+    value: for a test that asserts on the result itself, or a bench that goes on anyway."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, interval: float = WAIT_INTERVAL_S, what: str = "condition") -> T:
+    """The first truthy value of `predicate()`; AssertionError naming `what` after `timeout`
+    seconds (a failed test, or a failed bench that run_all writes down)."""
+    value = wait_for(predicate, timeout, interval)
+    if not value:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    return value
+
+
+# --- network -------------------------------------------------------------------------------
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.25, what: str = "condition") -> T:
-    """The first truthy value of `predicate()`; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def http_get(port: int, path: str, headers: dict[str, str] | None = None, host: str = "127.0.0.1", method: str = "GET", body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -81,6 +107,9 @@ def http_get(port: int, path: str, headers: dict[str, str] | None = None, host: 
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
         connection.close()
+
+
+# --- runs and processes --------------------------------------------------------------------
 
 
 def run_states(runs_dir: Path) -> list[dict[str, Any]]:
@@ -108,21 +137,62 @@ def trainer_process(state: dict[str, Any]) -> psutil.Process | None:
         return None
 
 
-def kill_tree(process: psutil.Process) -> None:
-    """SIGKILL a process we started and its children (by pid, never by name)."""
+def process_tree(root: psutil.Process | int) -> list[psutil.Process]:
+    """The process and everything under it; [] when it is gone."""
     try:
-        tree = [process, *process.children(recursive=True)]
+        process = root if isinstance(root, psutil.Process) else psutil.Process(root)
+        return [process, *process.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return
-    for member in tree:
+        return []
+
+
+def kill_processes(processes: Iterable[psutil.Process]) -> None:
+    """SIGKILL processes we started (by pid, never by name) and wait for them to go."""
+    processes = list(processes)
+    for process in processes:
         try:
-            member.kill()
+            process.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(tree, timeout=10)
+    psutil.wait_procs(processes, timeout=10)
 
 
-class AppServer:
+def kill_tree(root: psutil.Process | int) -> None:
+    """SIGKILL a process we started (a psutil.Process or a pid) and its children."""
+    kill_processes(process_tree(root))
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+class ServerProcess:
+    """A server subprocess on a loopback port, started on entering a `with` and stopped on
+    leaving it (also when its start fails half-way)."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class AppServer(ServerProcess):
     """`python app.py` on a free loopback port, with a temporary runs dir and GRADIO_TEMP_DIR.
 
     Its stdout and stderr go to files so a test can read everything it printed."""
@@ -142,10 +212,6 @@ class AppServer:
         self.stdout_path = self.workdir / "server.stdout"
         self.stderr_path = self.workdir / "server.stderr"
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def command(self) -> list[str]:
         return [PYTHON, str(ROOT / "app.py"), "--host", self.host, "--port", str(self.port), "--runs-dir", str(self.runs_dir), *self.extra_args]
 
@@ -163,17 +229,22 @@ class AppServer:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "AppServer":
+    def spawn(self) -> None:
+        """Starts the process without waiting for it to answer."""
         self.gradio_temp.mkdir(parents=True, exist_ok=True)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.process = subprocess.Popen(
                 self.command(), cwd=ROOT, env=self.environment(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
             )
-        wait_until(self._answers, SERVER_START_TIMEOUT_S, interval=0.5, what=f"the app on port {self.port} to answer")
+
+    def start(self) -> "AppServer":
+        self.spawn()
+        wait_until(self.answers, SERVER_START_TIMEOUT_S, interval=0.5, what=f"the app on port {self.port} to answer")
         return self
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
+        """Whether it answers `/` with 200 now; AssertionError, with its output, once it exited."""
         if self.process is not None and self.process.poll() is not None:
             raise AssertionError(f"the app exited with {self.process.returncode} before answering:\n{self.output()[-3000:]}")
         try:
@@ -208,23 +279,14 @@ class AppServer:
                 self.process.wait(timeout=10)
         self.kill_trainers()
         if self._own_workdir:
-            import shutil
-
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "AppServer":
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+# --- the browser -----------------------------------------------------------------------------
 
 
 @contextmanager
-def chromium_browser() -> Iterator[Any]:
+def chromium_browser() -> Iterator["Browser"]:
     """Headless Debian Chromium driven by Playwright."""
     from playwright.sync_api import sync_playwright
 
@@ -244,19 +306,3 @@ def chromium_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """One browser per test module; each test opens its own context (cookies, locale)."""
-    if not chromium_available():
-        pytest.skip(f"browser tests need Playwright and {CHROMIUM}")
-    with chromium_browser() as browser:
-        yield browser
-
-
-@pytest.fixture(scope="module")
-def app_server(demo_assets, tmp_path_factory):
-    """One app per test module, on a free loopback port with its own runs dir."""
-    with AppServer(workdir=tmp_path_factory.mktemp("app")) as server:
-        yield server

@@ -1,0 +1,273 @@
+"""The shape of the code, read from the source with `ast` (nothing is imported):
+
+- backend/ modules import each other without cycles (a cycle makes import order matter
+  and hides which module owns what);
+- backend/ never imports gradio or ui/: the backend is the app without its page, used by
+  the CLI, the trainer's helpers and the tests alike;
+- what `python app.py` imports at module level, followed through every RocBoard module,
+  reaches none of the heavy ML libraries (the web process stays light; the running check is
+  tests/test_light_web_process.py).
+
+Imports inside functions count as edges too (they still tie two modules together), except
+those under `if TYPE_CHECKING:`, which never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("backend", "ui")
+HEAVY = ("torch", "transformers", "llamafactory", "peft", "trl", "datasets", "accelerate", "deepspeed")
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str  # a RocBoard module, or a third-party top-level name
+    line: int
+    module_level: bool  # runs when the importing module is imported
+
+
+def module_files() -> dict[str, Path]:
+    """Dotted module name -> source file, for every module under backend/ and ui/."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement that can run, with whether it runs at import time (not inside a
+    function; a class body or an `if`/`try` at the top level still does)."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def visit(node: ast.AST, module_level: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for orelse in child.orelse:
+                    visit_one(orelse, module_level)
+                continue
+            visit_one(child, module_level)
+
+    def visit_one(child: ast.AST, module_level: bool) -> None:
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            found.append((child, module_level))
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            visit(child, False)
+        else:
+            visit(child, module_level)
+
+    visit(tree, True)
+    return found
+
+
+def _resolve(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: set[str]) -> list[str]:
+    """The RocBoard modules (or third-party top-level names) one import statement loads."""
+    if isinstance(node, ast.Import):
+        return [alias.name if alias.name in known else alias.name.split(".")[0] for alias in node.names]
+    if node.level:
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    if base.split(".")[0] not in PACKAGES:
+        return [base.split(".")[0]]
+    # `from backend import runs` loads the module backend.runs; `from backend.runs import X`
+    # loads backend.runs, whatever X is.
+    submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
+    return submodules or [base]
+
+
+def import_graph() -> dict[str, list[Import]]:
+    modules = module_files()
+    known = set(modules)
+    graph: dict[str, list[Import]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        edges = []
+        for node, module_level in _import_nodes(tree):
+            for target in _resolve(module, path, node, known):
+                if target != module:
+                    edges.append(Import(target, node.lineno, module_level))
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
+    """The import cycles among modules under `within`: one shortest cycle per strongly
+    connected group of modules (Tarjan's algorithm, then a search inside each group)."""
+    nodes = sorted(m for m in graph if m == within or m.startswith(within + "."))
+    inside = set(nodes)
+    successors = {m: sorted({e.target for e in graph[m] if e.target in inside}) for m in nodes}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in successors[node]:
+            if successor not in index:
+                connect(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in nodes:
+        if node not in index:
+            connect(node)
+
+    found = []
+    for group in groups:
+        members = set(group)
+        start = group[0]
+        paths = {start: [start]}
+        frontier = [start]
+        cycle = None
+        while frontier and cycle is None:
+            next_frontier = []
+            for node in frontier:
+                for successor in successors[node]:
+                    if successor == start:
+                        cycle = paths[node] + [start]
+                        break
+                    if successor in members and successor not in paths:
+                        paths[successor] = paths[node] + [successor]
+                        next_frontier.append(successor)
+                if cycle:
+                    break
+            frontier = next_frontier
+        found.append(cycle or group)
+    return found
+
+
+def describe(cycle: list[str], graph: dict[str, list[Import]]) -> str:
+    steps = []
+    for source, target in zip(cycle, cycle[1:]):
+        edge = next(e for e in graph[source] if e.target == target)
+        steps.append(f"{source}:{edge.line}{'' if edge.module_level else ' (in a function)'} -> {target}")
+    return "; ".join(steps)
+
+
+def test_backend_modules_import_each_other_without_cycles():
+    graph = import_graph()
+    found = cycles(graph, "backend")
+    assert not found, "import cycles in backend/:\n" + "\n".join(f"  {' -> '.join(c)}\n    {describe(c, graph)}" for c in found)
+
+
+def test_the_backend_never_imports_gradio_or_the_ui():
+    graph = import_graph()
+    offending = [
+        f"{module}:{edge.line} imports {edge.target}"
+        for module, edges in graph.items()
+        if module.split(".")[0] == "backend"
+        for edge in edges
+        if edge.target.split(".")[0] in ("gradio", "ui")
+    ]
+    assert offending == []
+
+
+# Names that mean a RocBoard object wherever they stand; `Any` on one hides its real type.
+ROCBOARD_NAMES = {
+    "board": "RocBoard",
+    "store": "RunStore",
+    "launcher": "Launcher",
+    "sampler": "Sampler",
+    "preset": "HardwarePreset",
+    "plan": "DistributedPlan",
+    "snapshot": "a snapshot type",
+    "finding": "Finding",
+    "findings": "list[Finding]",
+}
+
+
+def test_no_any_where_a_rocboard_type_is_meant():
+    offending = []
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                annotated = [(a.arg, a.annotation) for a in arguments]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, (ast.Name, ast.Attribute)):
+                annotated = [(node.target.id if isinstance(node.target, ast.Name) else node.target.attr, node.annotation)]
+            else:
+                continue
+            for name, annotation in annotated:
+                if name in ROCBOARD_NAMES and annotation is not None and ast.unparse(annotation).strip("'\"") in ("Any", "Any | None", "Optional[Any]"):
+                    offending.append(f"{module}:{node.lineno} {name}: Any (meant: {ROCBOARD_NAMES[name]})")
+    assert offending == []
+
+
+def test_the_web_process_imports_no_ml_library_at_module_level():
+    """Follows the imports of app.py's serve path (ui.serve imports inside serve_main, so all
+    of its own count), then module-level imports through RocBoard's modules."""
+    graph = import_graph()
+    start = "ui.serve"
+    seen = {start: [start]}
+    frontier = [start]
+    heavy = []
+    while frontier:
+        module = frontier.pop()
+        for edge in graph.get(module, []):
+            if not edge.module_level and module != start:
+                continue
+            if edge.target.split(".")[0] in HEAVY:
+                heavy.append(" -> ".join(seen[module]) + f" imports {edge.target} (line {edge.line})")
+            elif edge.target in graph and edge.target not in seen:
+                seen[edge.target] = seen[module] + [edge.target]
+                frontier.append(edge.target)
+    assert len(seen) > 5, "the walk found almost nothing: has the serve path moved?"
+    assert heavy == []
+
+
+def test_the_graph_reader_sees_function_level_and_relative_imports(tmp_path):
+    """The checks above are only as good as the reader: it must see through `from . import`,
+    imports inside functions, and skip TYPE_CHECKING blocks."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import runs\n"
+        "if TYPE_CHECKING:\n"
+        "    from backend.service import RocBoard\n"
+        "def later():\n"
+        "    from backend.logs import parse_metric\n"
+    )
+    tree = ast.parse(source)
+    known = {"backend.runs", "backend.logs", "backend.service", "backend.demo"}
+    targets = [(_resolve("backend.demo", ROOT / "backend" / "demo.py", node, known), level) for node, level in _import_nodes(tree)]
+    assert targets == [(["typing"], True), (["backend.runs"], True), (["backend.logs"], False)]
+
+
+def test_the_cycle_finder_names_a_cycle():
+    graph = {
+        "backend.a": [Import("backend.b", 3, True)],
+        "backend.b": [Import("backend.c", 5, False)],
+        "backend.c": [Import("backend.a", 7, True), Import("backend.d", 8, True)],
+        "backend.d": [],
+    }
+    assert cycles(graph, "backend") == [["backend.a", "backend.b", "backend.c", "backend.a"]]
+    assert describe(["backend.a", "backend.b", "backend.c", "backend.a"], graph) == (
+        "backend.a:3 -> backend.b; backend.b:5 (in a function) -> backend.c; backend.c:7 -> backend.a"
+    )
