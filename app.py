@@ -15,7 +15,7 @@ import sys
 SUBCOMMANDS = {
     "check": "backend.check_cli",
     "telemetry": "backend.telemetry.cli",
-    "doctor": "backend.doctor_cli",
+    "doctor": "backend.doctor.cli",
 }
 
 

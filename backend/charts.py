@@ -11,7 +11,7 @@ import math
 from typing import Sequence
 
 from backend.i18n import translate
-from backend.logs import MetricPoint
+from backend.runs.logs import MetricPoint
 
 MAX_DISPLAY_POINTS = 600
 SMOOTHING = 0.8  # TensorBoard-style exponential moving average weight

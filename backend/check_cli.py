@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TextIO
 
 from backend.findings import Finding, has_problems
-from backend.lf_check import check_many_with_llamafactory, merge_findings
-from backend.presets import PRESETS_DIR, load_presets
-from backend.yaml_import import apply_fixes, dump_yaml, import_yaml
+from backend.llama_factory.check import check_many_with_llamafactory, merge_findings
+from backend.config.presets import PRESETS_DIR, load_presets
+from backend.config.yaml_import import apply_fixes, dump_yaml, import_yaml
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

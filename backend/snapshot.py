@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.charts import MemorySeries
-from backend.logs import MetricPoint
+from backend.runs.logs import MetricPoint
 from backend.runs import RunState
 
 

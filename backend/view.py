@@ -17,7 +17,7 @@ from backend.diagnose import Alert
 from backend.findings import Finding
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
 from backend.i18n import translate as t
-from backend.schema import STRATEGIES
+from backend.config.schema import STRATEGIES
 from backend.snapshot import RunSnapshot
 
 # Which form field a config key's finding belongs next to.
@@ -289,7 +289,7 @@ def checks_markdown(checks, locale: str = "en") -> str:
     icons = {"ok": "✅", "warning": "⚠️", "problem": "❌"}
     rows = [f"| | {t('doctor.check', locale)} | {t('doctor.saw', locale)} | {t('word.fix', locale)} |", "|---|---|---|---|"]
     for check in checks:
-        # A check's words are messages (backend/doctor.py): rendered in the page's language,
+        # A check's words are messages (backend/doctor/__init__.py): rendered in the page's language,
         # with what the machine said inside them as written.
         name, saw, fix = (localized(part, locale) for part in (check.name, check.saw, check.fix))
         # markdown_message escapes "|" outside code spans; inside one it would still end the cell.

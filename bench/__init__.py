@@ -322,7 +322,7 @@ def logged_steps(output_dir: Path) -> int | None:
 def run_cli_trainer(demo: DemoConfig, run_dir: Path) -> TrainerResult:
     """`llamafactory-cli train config.yaml` alone: the command, cwd and environment
     RocBoard's launcher uses, with nothing watching."""
-    from backend.launcher import trainer_command, trainer_env
+    from backend.runs.launcher import trainer_command, trainer_env
     from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR
 
     run_dir.mkdir(parents=True)
@@ -574,7 +574,7 @@ class LlamaBoardServer(ServerProcess):
         self.log_path = workdir / "webui.log"
 
     def start(self) -> "LlamaBoardServer":
-        from backend.launcher import llamafactory_cli
+        from backend.runs.launcher import llamafactory_cli
 
         cli = llamafactory_cli()
         env = dict(os.environ)

@@ -37,14 +37,14 @@ class LossLogReader:
     """The loss-log half of RunMonitor.poll: tail, parse, extend the series."""
 
     def __init__(self, path: Path):
-        from backend.logs import JsonlTail, MetricSeries
+        from backend.runs.logs import JsonlTail, MetricSeries
 
         self.tail = JsonlTail(path)
         self.series = MetricSeries()
         self.steps_read: list[int] = []  # every step handed to the series, in order
 
     def poll(self) -> int:
-        from backend.logs import parse_metric
+        from backend.runs.logs import parse_metric
 
         points = [p for p in map(parse_metric, self.tail.poll()) if p is not None]
         self.series.extend(points)
@@ -93,7 +93,7 @@ def time_polls(path: Path, lines: int, repeats: int) -> dict[str, Any]:
 
 def full_reread(path: Path) -> int:
     """Every line read and parsed again: LlamaBoard's way of finding what is new."""
-    from backend.logs import parse_metric
+    from backend.runs.logs import parse_metric
 
     with open(path, encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle]

@@ -28,7 +28,7 @@ def demo_assets():
 @pytest.fixture
 def launcher(tmp_path):
     """A Launcher over a fresh runs dir; whatever it left running is stopped afterwards."""
-    from backend.launcher import Launcher
+    from backend.runs.launcher import Launcher
     from backend.runs import RunStore
 
     launcher = Launcher(RunStore(tmp_path / "runs"))

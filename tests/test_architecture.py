@@ -252,12 +252,12 @@ def test_the_graph_reader_sees_function_level_and_relative_imports(tmp_path):
         "if TYPE_CHECKING:\n"
         "    from backend.service import RocBoard\n"
         "def later():\n"
-        "    from backend.logs import parse_metric\n"
+        "    from backend.runs.logs import parse_metric\n"
     )
     tree = ast.parse(source)
-    known = {"backend.runs", "backend.logs", "backend.service", "backend.demo"}
+    known = {"backend.runs", "backend.runs.logs", "backend.service", "backend.demo"}
     targets = [(_resolve("backend.demo", ROOT / "backend" / "demo.py", node, known), level) for node, level in _import_nodes(tree)]
-    assert targets == [(["typing"], True), (["backend.runs"], True), (["backend.logs"], False)]
+    assert targets == [(["typing"], True), (["backend.runs"], True), (["backend.runs.logs"], False)]
 
 
 def test_the_cycle_finder_names_a_cycle():

@@ -30,7 +30,7 @@ import pytest
 
 from backend.i18n import CATALOGUE, translate
 from backend.runs import LOG_FILE, OUTPUT_DIR, STATE_FILE, RunState
-from backend.logs import TRAINER_LOG
+from backend.runs.logs import TRAINER_LOG
 
 pytestmark = pytest.mark.browser
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from backend.check_cli import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, main
-from backend.yaml_import import dump_yaml
+from backend.config.yaml_import import dump_yaml
 from tests.test_checks import make_dataset_dir, make_model_dir
 from tests.test_yaml_import import FIXTURES, base_args
 

@@ -1,4 +1,4 @@
-"""Config rules (backend/checks.py): a valid baseline, then one bad override per case.
+"""Config rules (backend/config/checks.py): a valid baseline, then one bad override per case.
 
 Each case must give a finding that names the form field and says how to fix it. The model
 and dataset directories are tiny fakes in tmp_path (a config.json, one JSON dataset): the
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from backend.checks import check_config, check_output_dir, known_templates
+from backend.config.checks import check_config, check_output_dir, known_templates
 from backend.config import FORM_DEFAULTS, parse_form
 from backend.findings import Finding
-from backend.lf_check import static_names
-from backend.presets import load_presets
+from backend.llama_factory.check import static_names
+from backend.config.presets import load_presets
 
 PRESETS, _ = load_presets()
 TINY_LLAMA = {
@@ -272,8 +272,8 @@ def test_the_checking_modules_import_nothing_heavy() -> None:
 
     code = (
         "import sys\n"
-        "import backend.checks, backend.yaml_import, backend.estimate, backend.export, backend.check_cli, backend.lf_check\n"
-        "from backend.checks import known_templates\n"
+        "import backend.config.checks, backend.config.yaml_import, backend.config.estimate, backend.config.export, backend.check_cli, backend.llama_factory.check\n"
+        "from backend.config.checks import known_templates\n"
         "assert 'llama3' in known_templates()\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'llamafactory', 'gradio', 'bitsandbytes') if m in sys.modules)\n"
         "print(','.join(heavy))\n"

@@ -1,4 +1,4 @@
-"""What reaches a child process's environment (backend/child_env.py), on real processes.
+"""What reaches a child process's environment (backend/security/child_env.py), on real processes.
 
 Two attacks this file reproduces, and the leak:
 - the Multi-GPU tab's "RCCL settings" lines went into the trainer's environment, so with
@@ -28,15 +28,15 @@ import psutil
 import pytest
 import yaml
 
-from backend import child_env as rules
-from backend.child_env import (
+from backend.security import child_env as rules
+from backend.security.child_env import (
     child_env,
     env_refusal,
     inherited_env,
     is_secret_name,
     refusal,
 )
-from backend.distributed import (
+from backend.config.distributed import (
     DistributedPlan,
     check_plan,
     distributed_env,
@@ -49,8 +49,8 @@ from backend.distributed import (
 )
 from backend.findings import Finding
 from backend.i18n import translate_finding
-from backend.launcher import OFFLINE_ENV, trainer_env
-from backend.presets import PRESETS_DIR, load_presets
+from backend.runs.launcher import OFFLINE_ENV, trainer_env
+from backend.config.presets import PRESETS_DIR, load_presets
 from backend.runs import LOG_FILE, RunStore
 from tests.harness import wait_for
 
@@ -481,7 +481,7 @@ def test_the_doctor_probe_sees_no_secret(tmp_path: Path, secret_environment) -> 
 
 
 def test_the_llamafactory_check_helper_sees_no_secret(tmp_path: Path, secret_environment, monkeypatch) -> None:
-    from backend import lf_check
+    from backend.llama_factory import check as lf_check
 
     dump = tmp_path / "env.json"
     worker = tmp_path / "worker.py"

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from backend.config import parse_form, to_llamafactory_args
-from backend.distributed import (
+from backend.config.distributed import (
     DEFAULT_RCCL_ENV,
     DistributedPlan,
     check_plan,
@@ -50,8 +50,8 @@ from backend.distributed import (
     torchrun_dir,
     write_deepspeed_json,
 )
-from backend.logs import TRAINER_LOG, JsonlTail, parse_metric
-from backend.presets import load_presets
+from backend.runs.logs import TRAINER_LOG, JsonlTail, parse_metric
+from backend.config.presets import load_presets
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
 from tests.harness import wait_for
 

@@ -25,7 +25,7 @@ from backend.doctor import (
     run_checks,
     torch_facts_from_probe,
 )
-from backend.doctor_probe import MARKER
+from backend.doctor.probe import MARKER
 from backend.telemetry.base import SourceStatus
 from backend.telemetry.topology import KfdGpu
 
@@ -356,7 +356,7 @@ def test_gather_facts_from_a_fake_sysfs(tmp_path: Path) -> None:
 def test_doctor_cli_on_this_machine() -> None:
     """The real thing, as a user runs it: probe subprocess included."""
     done = subprocess.run(
-        [sys.executable, "-m", "backend.doctor_cli", "--json"],
+        [sys.executable, "-m", "backend.doctor.cli", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     report = json.loads(done.stdout)
@@ -435,7 +435,7 @@ def test_the_doctor_table_is_in_the_pages_language() -> None:
 
 
 def test_the_cli_line_in_chinese() -> None:
-    from backend.doctor_cli import format_check
+    from backend.doctor.cli import format_check
 
     check = by_name(run_checks(rdna2_box()))["video and render groups"]
     assert format_check(check).startswith("[PROBLEM] video and render groups: ana is not in video and render")

@@ -1,4 +1,4 @@
-"""The memory estimate (backend/estimate.py) against published and measured figures.
+"""The memory estimate (backend/config/estimate.py) against published and measured figures.
 
 Tolerances, and where the figures come from, are in docs/estimate.md:
 - parameter counts of well-known models: within 1% of their model cards;
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from backend.config import FORM_DEFAULTS, parse_form
-from backend.estimate import (
+from backend.config.estimate import (
     GIB,
     KNOWN_MODELS,
     estimate_memory,
@@ -24,7 +24,7 @@ from backend.estimate import (
     read_model_config,
     shape_from_config,
 )
-from backend.presets import load_presets
+from backend.config.presets import load_presets
 
 PRESETS, _ = load_presets()
 KNOWN = {display: config for display, _, config in KNOWN_MODELS}

@@ -19,9 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from backend import artifacts, history, safe_files
-from backend.artifacts import NoAdapter, build_adapter_zip, has_adapter
-from backend.logs import MAX_LINE_BYTES, JsonlTail, MetricPoint, MetricSeries, TextTail
+from backend.runs import artifacts
+
+from backend.runs import history
+
+from backend.runs import safe_files
+from backend.runs.artifacts import NoAdapter, build_adapter_zip, has_adapter
+from backend.runs.logs import MAX_LINE_BYTES, JsonlTail, MetricPoint, MetricSeries, TextTail
 from backend.runs import RunNotFound, RunStore
 
 SECRET = "SECRET-OUTSIDE-4f7a"
@@ -125,14 +129,14 @@ def test_a_link_at_state_json_is_replaced_on_update_not_followed(board, outside:
 
 @pytest.mark.hostile
 def test_the_resume_does_not_append_to_a_linked_log_nor_archive_into_a_linked_dir(board, outside: Path) -> None:
-    from backend.resume import archive_attempt, repair_trainer_log
+    from backend.runs.resume import archive_attempt, repair_trainer_log
 
     _, run_dir = finished_run(board.store)
     victim = outside / "victim.log"
     victim.write_text(log_line(1)[:-1])  # a cut-off last line: a repair would append to it
     replace_with_link(run_dir / "output" / "trainer_log.jsonl", victim)
     checkpoint = checkpoint_dir(run_dir / "output", 5)
-    from backend.resume import checkpoint_info
+    from backend.runs.resume import checkpoint_info
 
     info = checkpoint_info(checkpoint, run_dir)
     assert info is not None
@@ -150,7 +154,7 @@ def test_the_resume_does_not_append_to_a_linked_log_nor_archive_into_a_linked_di
 
 @pytest.mark.hostile
 def test_the_log_note_of_a_resume_is_not_appended_through_a_link(board, outside: Path) -> None:
-    from backend.resume import ResumeRefused, prepare_resume
+    from backend.runs.resume import ResumeRefused, prepare_resume
 
     run_id, run_dir = finished_run(board.store)
     board.store.update(run_id, state="stopped")
@@ -281,7 +285,7 @@ def checkpoint_dir(output: Path, step: int, max_steps: int = 10) -> Path:
 @pytest.mark.hostile
 @pytest.mark.parametrize("what", ["checkpoint-dir", "trainer-state", "weights"])
 def test_a_linked_checkpoint_is_never_resumed_from(board, outside: Path, what: str) -> None:
-    from backend.resume import latest_checkpoint
+    from backend.runs.resume import latest_checkpoint
 
     _, run_dir = finished_run(board.store)
     output = run_dir / "output"
@@ -448,7 +452,7 @@ def test_the_trainer_output_is_not_written_through_a_linked_train_log(board, out
 
 @pytest.mark.hostile
 def test_a_linked_trainer_log_does_not_make_a_run_finished(board, outside: Path) -> None:
-    from backend.launcher import derive_final_state
+    from backend.runs.launcher import derive_final_state
 
     run_id, run_dir = finished_run(board.store, "linked-metrics")
     (outside / "log.jsonl").write_text(log_line(10))  # the last line of a finished run

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from backend import history
-from backend.history import (
+from backend.runs import history
+from backend.runs.history import (
     HISTORY_HEADERS,
     format_duration,
     overlay_figure,
@@ -18,7 +18,7 @@ from backend.history import (
     summaries_table,
     summarize_runs,
 )
-from backend.logs import TRAINER_LOG
+from backend.runs.logs import TRAINER_LOG
 from backend.runs import OUTPUT_DIR, RunStore
 
 

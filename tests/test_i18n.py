@@ -137,7 +137,7 @@ RULE_MODULES = sorted(
 
 
 def test_the_rule_modules_are_found() -> None:
-    assert {"backend/checks.py", "backend/config.py", "backend/yaml_import.py", "backend/lf_check.py"} <= set(RULE_MODULES)
+    assert {"backend/config/checks.py", "backend/config/__init__.py", "backend/config/yaml_import.py", "backend/llama_factory/check.py"} <= set(RULE_MODULES)
 
 
 @pytest.mark.parametrize("module", RULE_MODULES)
@@ -153,12 +153,12 @@ def test_the_rule_name_reader_sees_every_checks_rule() -> None:
     # The AST reader is what the coverage test relies on; checks.py has ~36 rules, and the
     # range rules live in schema.py's field table (rule="..." keywords).
     assert len(set().union(*(_rule_names_in(ROOT / module) for module in RULE_MODULES))) >= 50
-    yaml_rules = _rule_names_in(ROOT / "backend" / "yaml_import.py")
+    yaml_rules = _rule_names_in(ROOT / "backend" / "config" / "yaml_import.py")
     assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-not-in-form"} <= yaml_rules
-    assert _rule_names_in(ROOT / "backend" / "lf_check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
+    assert _rule_names_in(ROOT / "backend" / "llama_factory" / "check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
     # check_plan names its rules through Finding.of(key, rule, ...); its unreadable numbers
     # are config.py's not-a-number.
-    distributed_rules = _rule_names_in(ROOT / "backend" / "distributed.py")
+    distributed_rules = _rule_names_in(ROOT / "backend" / "config" / "distributed.py")
     assert {"bad-gpu-list", "bad-strategy", "nproc-over-gpus", "env-overrides-plan"} <= distributed_rules
 
 
@@ -201,7 +201,7 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 def _untranslated(findings: list[Finding]) -> list[str]:
     """Each finding whose problem or fix is not in Chinese, or lost a value of the English."""
-    from backend.yaml_import import FILE_KEY
+    from backend.config.yaml_import import FILE_KEY
 
     wrong = []
     for finding in findings:
@@ -283,8 +283,8 @@ CRAFTED_YAML: list[tuple[str, str | None]] = [
 
 
 def _yaml_findings() -> list[Finding]:
-    from backend.presets import load_presets
-    from backend.yaml_import import import_yaml
+    from backend.config.presets import load_presets
+    from backend.config.yaml_import import import_yaml
 
     presets, _ = load_presets()
     files = sorted(FIXTURES.glob("*.yaml"))
@@ -301,7 +301,7 @@ def _yaml_findings() -> list[Finding]:
 def _plan_findings() -> list[Finding]:
     from dataclasses import replace
 
-    from backend.distributed import DistributedPlan, check_plan, parse_plan_form
+    from backend.config.distributed import DistributedPlan, check_plan, parse_plan_form
 
     bad_forms: list[tuple[dict, bool]] = [
         ({"dist_nproc": "two", "dist_gpus": "0,x", "dist_rccl_env": "NCCL_DEBUG INFO", "dist_strategy": "zero9"}, False),
@@ -326,7 +326,7 @@ def _plan_findings() -> list[Finding]:
 def _lf_findings(monkeypatch: pytest.MonkeyPatch) -> list[Finding]:
     import subprocess
 
-    from backend import lf_check
+    from backend.llama_factory import check as lf_check
 
     args = {"learning_rate": 1e-4, "lerning_rate": 2e-4, "lora_rnak": 16, "zz_made_up": 1, "num_train_epochs": "three", "max_steps": 1.5, "bf16": "maybe", "flash_attn": "fa1", "template": 3}
     result = {
@@ -371,11 +371,18 @@ def _lf_findings(monkeypatch: pytest.MonkeyPatch) -> list[Finding]:
     return findings
 
 
+SOURCE_FILES = {
+    "yaml_import": ROOT / "backend" / "config" / "yaml_import.py",
+    "distributed": ROOT / "backend" / "config" / "distributed.py",
+    "lf_check": ROOT / "backend" / "llama_factory" / "check.py",
+}
+
+
 @pytest.mark.parametrize("source", ["yaml_import", "distributed", "lf_check"])
 def test_every_real_finding_of_the_import_the_plan_and_llamafactorys_check_is_in_chinese(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
     findings = {"yaml_import": _yaml_findings, "distributed": _plan_findings, "lf_check": lambda: _lf_findings(monkeypatch)}[source]()
     produced = {finding.rule for finding in findings}
-    own = _rule_names_in(ROOT / "backend" / f"{source}.py")
+    own = _rule_names_in(SOURCE_FILES[source])
     assert sorted(own - produced) == [], "a rule the crafted inputs never trigger"
     assert _untranslated(findings) == []
 
@@ -386,8 +393,8 @@ def test_every_template_of_the_import_the_plan_and_llamafactorys_check_is_used(m
     from backend.i18n import _template_pattern
 
     findings = _yaml_findings() + _plan_findings() + _lf_findings(monkeypatch)
-    rules = set().union(*(_rule_names_in(ROOT / "backend" / f"{m}.py") for m in ("yaml_import", "distributed", "lf_check")))
-    rules -= _rule_names_in(ROOT / "backend" / "config.py") | _rule_names_in(ROOT / "backend" / "schema.py")
+    rules = set().union(*(_rule_names_in(SOURCE_FILES[m]) for m in ("yaml_import", "distributed", "lf_check")))
+    rules -= _rule_names_in(ROOT / "backend" / "config" / "__init__.py") | _rule_names_in(ROOT / "backend" / "config" / "schema.py")
     messages = {(f.rule, part): set() for f in findings for part in ("problem", "fix")}
     for finding in findings:
         messages[(finding.rule, "problem")].add(finding.problem)
@@ -403,8 +410,8 @@ def test_every_template_of_the_import_the_plan_and_llamafactorys_check_is_used(m
 
 
 def test_the_import_speaks_chinese_about_the_guide_mistakes() -> None:
-    from backend.presets import load_presets
-    from backend.yaml_import import import_yaml
+    from backend.config.presets import load_presets
+    from backend.config.yaml_import import import_yaml
 
     presets, _ = load_presets()
     result = import_yaml((FIXTURES / "cuda_guide_mistakes.yaml").read_text(encoding="utf-8"), presets["rx7900xtx"])
@@ -420,7 +427,7 @@ def test_the_import_speaks_chinese_about_the_guide_mistakes() -> None:
 
 
 def test_plan_field_names_inside_messages_are_translated_too() -> None:
-    from backend.distributed import parse_plan_form
+    from backend.config.distributed import parse_plan_form
 
     _, findings = parse_plan_form({"dist_nproc": "two", "dist_master_port": 80})
     chinese = {f.rule: translate_finding(f, "zh-CN") for f in findings}
@@ -522,7 +529,7 @@ def test_static_page_text_is_safe_for_gradios_message_format() -> None:
 
 KEY_PREFIXES = tuple(sorted({key.split(".")[0] + "." for key in CATALOGUE["en"]}))
 # The files that put catalogue keys on the page.
-PAGE_SOURCES = sorted((ROOT / "ui").glob("*.py")) + [ROOT / "backend" / "view.py", ROOT / "backend" / "service.py"]
+PAGE_SOURCES = sorted((ROOT / "ui").glob("*.py")) + [ROOT / "backend" / "view.py", *(ROOT / "backend" / "service").glob("*.py")]
 
 
 def _page_keys_and_labels() -> tuple[dict[str, str], set[str]]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import psutil
 
-from backend.launcher import Launcher, ProcessIdentity, stop_tree
+from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs import RunStore
 from backend.view import stop_reason_text
 from tests.harness import wait_for
@@ -125,7 +125,7 @@ def test_launcher_records_failure_and_success(tmp_path):
     assert store.read(failing.id).exit_code == 3
     assert "boom" in (store.run_dir(failing.id) / "train.log").read_text()
     ok = make_run(store)
-    # A setting the allow-list lets through (backend/child_env.py) reaches the trainer.
+    # A setting the allow-list lets through (backend/security/child_env.py) reaches the trainer.
     launcher.start(ok.id, {"NCCL_DEBUG": "42"}, command=[sys.executable, "-c", "import os; print(os.environ['NCCL_DEBUG'], os.environ['HF_HUB_OFFLINE'])"])
     assert wait_for(lambda: store.read(ok.id).state == "finished", timeout=20)
     assert "42 1" in (store.run_dir(ok.id) / "train.log").read_text()

@@ -1,7 +1,7 @@
 import json
 import os
 
-from backend.logs import JsonlTail, MetricSeries, parse_metric
+from backend.runs.logs import JsonlTail, MetricSeries, parse_metric
 
 
 def line(step, loss=1.0, total=30):
@@ -88,7 +88,7 @@ def test_last_line_without_loss_parses():
 def test_text_tail_sees_trainer_prints_between_progress_bars(tmp_path):
     from pathlib import Path
 
-    from backend.logs import TextTail, parse_trainer_print
+    from backend.runs.logs import TextTail, parse_trainer_print
 
     real = (Path(__file__).parent / "fixtures" / "logs" / "real_grad_norm_nan.log").read_text()
     path = tmp_path / "train.log"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.checks import check_config
+from backend.config.checks import check_config
 from backend.config import FORM_DEFAULTS, FORM_FIELDS, parse_form
-from backend.export import ENV_NAME, export_shell
-from backend.presets import PRESETS_DIR, load_presets
+from backend.config.export import ENV_NAME, export_shell
+from backend.config.presets import PRESETS_DIR, load_presets
 from tests.test_checks import make_dataset_dir, make_model_dir
 
 PRESETS, ERRORS = load_presets()
@@ -108,7 +108,7 @@ def test_a_malformed_preset_is_reported_by_name_and_skipped(tmp_path: Path) -> N
 
 
 def test_env_names_must_be_shell_names(tmp_path) -> None:
-    from backend.presets import load_presets as load
+    from backend.config.presets import load_presets as load
 
     good = (Path(__file__).resolve().parent.parent / "presets" / "rx7900xtx.yaml").read_text()
     (tmp_path / "evil.yaml").write_text(good.replace("PYTORCH_HIP_ALLOC_CONF:", "'X; rm -rf /':"))

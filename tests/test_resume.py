@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.logs import TRAINER_LOG, JsonlTail, MetricSeries, parse_metric
-from backend.resume import (
+from backend.runs.logs import TRAINER_LOG, JsonlTail, MetricSeries, parse_metric
+from backend.runs.resume import (
     ATTEMPTS_DIR,
     Refusal,
     ResumePlan,

@@ -3,7 +3,7 @@ import zipfile
 
 import pytest
 
-from backend.artifacts import NoAdapter, build_adapter_zip
+from backend.runs.artifacts import NoAdapter, build_adapter_zip
 from backend.runs import RunNotFound, RunStore
 
 

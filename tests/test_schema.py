@@ -1,4 +1,4 @@
-"""One field schema (backend/schema.py): a field added to the table in one place is in the
+"""One field schema (backend/config/schema.py): a field added to the table in one place is in the
 defaults, the YAML, the import, the page's field list and form.json, with its range."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import gradio as gr
 import pytest
 import yaml
 
-from backend import schema
+from backend.config import schema
 from backend.config import parse_form, to_form, to_llamafactory_args
-from backend.distributed import form_from_saved, parse_plan_form, saved_form
-from backend.schema import Field, NumberRange
-from backend.yaml_import import import_yaml
+from backend.config.distributed import form_from_saved, parse_plan_form, saved_form
+from backend.config.schema import Field, NumberRange
+from backend.config.yaml_import import import_yaml
 
 NEW = Field(
     "neftune_noise_alpha",

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.artifacts import build_adapter_zip, has_adapter
+from backend.runs.artifacts import build_adapter_zip, has_adapter
 from backend.runs import RunNotFound, RunState
 from backend.security import Credentials, AuthError, bind_refusal, resolve_credentials
 from tests.harness import ROOT, AppServer, free_port, http_get, kill_tree, trainer_process, wait_until
@@ -522,7 +522,7 @@ def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_
 @pytest.mark.hostile
 def test_model_code_from_the_model_folder_is_never_trusted(tmp_path: Path, demo_assets) -> None:
     from backend.service import RocBoard, demo_form
-    from backend.yaml_import import import_yaml
+    from backend.config.yaml_import import import_yaml
 
     board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
     assert yaml.safe_load(board.preview(demo_form()).yaml_text)["trust_remote_code"] is False
@@ -547,7 +547,7 @@ PYTHON_PAYLOADS = [
 @pytest.mark.hostile
 @pytest.mark.parametrize("payload", PYTHON_PAYLOADS)
 def test_a_python_object_payload_is_refused(tmp_path: Path, payload: str) -> None:
-    from backend.yaml_import import import_yaml
+    from backend.config.yaml_import import import_yaml
 
     marker = tmp_path / "pwned"
     result = import_yaml(payload.format(marker=marker))
@@ -559,7 +559,7 @@ def test_a_python_object_payload_is_refused(tmp_path: Path, payload: str) -> Non
 
 @pytest.mark.hostile
 def test_an_oversized_yaml_is_refused_before_it_is_parsed() -> None:
-    from backend.yaml_import import import_yaml
+    from backend.config.yaml_import import import_yaml
 
     result = import_yaml("learning_rate: 1.0e-4\n" * 50_000)
     assert [f.rule for f in result.findings] == ["yaml-too-large"]
@@ -568,7 +568,7 @@ def test_an_oversized_yaml_is_refused_before_it_is_parsed() -> None:
 
 @pytest.mark.hostile
 def test_a_yaml_bomb_is_refused() -> None:
-    from backend.yaml_import import import_yaml
+    from backend.config.yaml_import import import_yaml
 
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
     for level in "bcdefgh":
@@ -592,7 +592,7 @@ def test_a_yaml_bomb_is_refused() -> None:
 )
 @pytest.mark.hostile
 def test_something_that_is_not_a_training_yaml_gets_a_clear_message(text: str) -> None:
-    from backend.yaml_import import import_yaml
+    from backend.config.yaml_import import import_yaml
 
     result = import_yaml(text)
     assert result.form_values == {}

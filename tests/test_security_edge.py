@@ -1,4 +1,4 @@
-"""The web server's edge (ui/guard.py, ui/serve.py, the login file rule in backend/security.py).
+"""The web server's edge (ui/guard.py, ui/serve.py, the login file rule in backend/security/__init__.py).
 
 - Host and Origin: a DNS-rebinding page (its own name in Host) and a foreign page (its own
   Origin) get nothing, a CORS preflight from one gets no echo of its origin.

@@ -82,7 +82,7 @@ def test_one_parser_helper_per_config_however_many_ask_at_once(board, monkeypatc
     """A Start during the start-up prewarm waits for the answer being computed."""
     import time as clock
 
-    import backend.lf_check
+    import backend.llama_factory.check
 
     calls = []
 
@@ -91,7 +91,7 @@ def test_one_parser_helper_per_config_however_many_ask_at_once(board, monkeypatc
         clock.sleep(0.5)
         return []
 
-    monkeypatch.setattr(backend.lf_check, "check_with_llamafactory", slow_check)
+    monkeypatch.setattr(backend.llama_factory.check, "check_with_llamafactory", slow_check)
     config = board.parse({**demo_form(), "learning_rate": "0.0123"})[0]  # a config nobody asked about yet
     threads = [threading.Thread(target=board.llamafactory_findings, args=(config,)) for _ in range(3)]
     for thread in threads:

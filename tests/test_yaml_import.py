@@ -1,5 +1,5 @@
-"""Importing LLaMA-Factory YAML (backend/yaml_import.py), exporting it (backend/export.py), and
-LLaMA-Factory's own parser on both (backend/lf_check.py).
+"""Importing LLaMA-Factory YAML (backend/config/yaml_import.py), exporting it (backend/config/export.py), and
+LLaMA-Factory's own parser on both (backend/llama_factory/check.py).
 
 The parser runs once for the whole module, in one helper process (module fixture `lf`): it
 checks the exported YAML, a file full of mistakes, and lists the installed package's keys
@@ -18,16 +18,16 @@ import pytest
 import yaml
 
 from backend.config import FORM_DEFAULTS, parse_form, to_form
-from backend.export import export_shell, export_yaml
+from backend.config.export import export_shell, export_yaml
 from backend.findings import Finding, has_problems
-from backend.lf_check import (
+from backend.llama_factory.check import (
     NAMES_FILE,
     WORKER,
     check_many_with_llamafactory,
     findings_from_result,
 )
-from backend.presets import load_presets
-from backend.yaml_import import (
+from backend.config.presets import load_presets
+from backend.config.yaml_import import (
     apply_fixes,
     dump_yaml,
     form_values_from_args,
@@ -295,7 +295,7 @@ def lf(assets: dict[str, Path]) -> dict[str, Any]:
 def test_the_static_list_matches_the_installed_llamafactory(lf: dict[str, Any]) -> None:
     names = lf["answer"]["names"]
     committed = json.loads(NAMES_FILE.read_text())
-    assert committed["keys"] == names["keys"], "regenerate: python -m backend.lf_check_worker --names > backend/llamafactory_names.json"
+    assert committed["keys"] == names["keys"], "regenerate: python -m backend.llama_factory.worker --names > backend/llamafactory_names.json"
     assert committed["templates"] == names["templates"]
     assert committed["versions"] == names["versions"]
 
@@ -322,7 +322,7 @@ def test_llamafactorys_answer_in_plain_words(lf: dict[str, Any]) -> None:
 
 
 def test_the_wrapper_reports_a_helper_that_cannot_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from backend import lf_check
+    from backend.llama_factory import check as lf_check
 
     broken = tmp_path / "worker.py"
     broken.write_text("import sys; sys.exit(3)\n")
@@ -389,7 +389,7 @@ def test_every_message_of_the_import_is_used() -> None:
 
     used = {f.message or f.rule for f in _corpus_findings()}
     # The import's own message ids: those its module names (rule= or message=).
-    source = (Path(__file__).resolve().parent.parent / "backend" / "yaml_import.py").read_text(encoding="utf-8")
+    source = (Path(__file__).resolve().parent.parent / "backend" / "config" / "yaml_import.py").read_text(encoding="utf-8")
     named = set(re.findall(r'"(yaml-[a-z0-9-]+)"', source))
     ids = {key.split(".")[1] for key in CATALOGUE["en"] if key.startswith("check.yaml-")}
     assert named <= ids

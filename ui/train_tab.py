@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from backend import schema
+from backend.config import schema
 from backend.service import RocBoard, RunView, demo_form
 from ui.widgets import Texts, plot
 
@@ -16,7 +16,7 @@ TICK_S = 1.0
 DIST_FIELDS = tuple(f.name for f in schema.plan_fields())
 ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 
-# Element ids that tests and automation rely on (backend/schema.py: kebab-case of the names).
+# Element ids that tests and automation rely on (backend/config/schema.py: kebab-case of the names).
 FIELD_IDS = schema.element_ids()
 # The accordions the schema's sections go into, and whether each starts open.
 SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False}

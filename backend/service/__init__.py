@@ -22,11 +22,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from backend import artifacts, safe_files
+from backend.runs import artifacts
+
+from backend.runs import safe_files
 from backend.config import RunConfig
 from backend.findings import Finding, has_problems
-from backend.launcher import Launcher
-from backend.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
+from backend.runs.launcher import Launcher
+from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
 from backend.runs import RunNotFound, RunState, RunStore
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
@@ -37,16 +39,16 @@ from backend.service.run_view import RunView, gone_view, idle_view, run_view, un
 from backend.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
-    from backend.distributed import DistributedPlan
+    from backend.config.distributed import DistributedPlan
     from backend.doctor import Check
-    from backend.estimate import MemoryEstimate
+    from backend.config.estimate import MemoryEstimate
     from backend.telemetry.sampler import Sampler
-    from backend.yaml_import import ImportResult
+    from backend.config.yaml_import import ImportResult
 
 
 def demo_form() -> dict[str, Any]:
     """The form as `make run` opens it: the CPU demo preset on the tiny offline model."""
-    from backend.presets import demo_form as form
+    from backend.config.presets import demo_form as form
 
     return form()
 
@@ -293,18 +295,18 @@ class RocBoard:
     # --- history ------------------------------------------------------------------------
 
     def history_headers(self, locale: str = "en") -> list[str]:
-        from backend.history import history_headers
+        from backend.runs.history import history_headers
 
         return history_headers(locale)
 
     def history_rows(self, locale: str = "en") -> list[list[Any]]:
-        from backend.history import summaries_table, summarize_runs
+        from backend.runs.history import summaries_table, summarize_runs
 
         self.runs()  # settle runs that ended while nobody watched
         return summaries_table(summarize_runs(self.store), locale)
 
     def overlay_figure(self, run_ids: list[str], locale: str = "en") -> dict:
-        from backend.history import overlay_figure
+        from backend.runs.history import overlay_figure
 
         return overlay_figure(self.store, run_ids, locale=locale)
 

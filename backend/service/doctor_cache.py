@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from backend.presets import HardwarePreset
+from backend.config.presets import HardwarePreset
 
 if TYPE_CHECKING:
     from backend.doctor import Check

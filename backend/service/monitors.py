@@ -10,9 +10,11 @@ import threading
 import time
 from pathlib import Path
 
-from backend import artifacts, safe_files
+from backend.runs import artifacts
+
+from backend.runs import safe_files
 from backend.charts import MemorySeries
-from backend.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
+from backend.runs.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
 from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore
 from backend.snapshot import RunSnapshot
 from backend.telemetry.base import Reading
@@ -21,7 +23,7 @@ from backend.telemetry.base import Reading
 POLL_INTERVAL_S = 0.5
 LOG_TAIL_LINES = 40
 
-# What a monitor keeps of a run, however long its files grow (see backend/logs.py for the
+# What a monitor keeps of a run, however long its files grow (see backend/runs/logs.py for the
 # curve): the grad norms the alert looks at, and telemetry readings per series.
 MAX_GRAD_NORMS = 1_000
 MAX_READINGS = 20_000
@@ -88,8 +90,8 @@ class RunMonitor:
         size = tail.size()
         if size is None or size <= CATCH_UP_SAMPLE_BYTES:
             return False
-        from backend.history import CURVE_WINDOW_BYTES, CURVE_WINDOWS
-        from backend.logs import parse_records, sampled_lines
+        from backend.runs.history import CURVE_WINDOW_BYTES, CURVE_WINDOWS
+        from backend.runs.logs import parse_records, sampled_lines
 
         boundary = size - CATCH_UP_TAIL_BYTES
         changed = False

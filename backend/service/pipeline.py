@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from backend.config import RunConfig, parse_form, to_llamafactory_args
 from backend.findings import Finding, has_problems
-from backend.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
+from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, OUTPUT_DIR
 
 if TYPE_CHECKING:
-    from backend.distributed import DistributedPlan
-    from backend.estimate import MemoryEstimate
-    from backend.yaml_import import ImportResult
+    from backend.config.distributed import DistributedPlan
+    from backend.config.estimate import MemoryEstimate
+    from backend.config.yaml_import import ImportResult
 
 # Answers kept by a cache; each is a short list of findings for one exact set of arguments.
 LF_CACHE_ENTRIES = 256
@@ -67,7 +67,7 @@ class LlamaFactoryCheckCache:
         if self._check is not None:
             return self._check(args)
         # Looked up at each call: tests replace the helper on the module.
-        from backend import lf_check
+        from backend.llama_factory import check as lf_check
 
         return lf_check.check_with_llamafactory(args)
 
@@ -147,14 +147,14 @@ class ConfigPipeline:
         return config, findings, preset
 
     def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
-        from backend.checks import check_config, check_output_dir
+        from backend.config.checks import check_config, check_output_dir
 
         return check_config(config, preset) + check_output_dir(self.runs_root)
 
     @staticmethod
     def plan_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[DistributedPlan | None, list[Finding]]:
         """The multi-GPU / multi-node plan the form asks for: None for one process."""
-        from backend.distributed import parse_plan_form
+        from backend.config.distributed import parse_plan_form
 
         plan, findings = parse_plan_form(form, on_cpu=bool(preset and preset.use_cpu))
         if plan.nproc <= 1 and plan.nnodes <= 1:
@@ -166,7 +166,7 @@ class ConfigPipeline:
     @staticmethod
     def run_args(config: RunConfig, plan: DistributedPlan | None, output_dir: Path | str) -> dict[str, Any]:
         """The YAML's arguments: the config's, plus the launch plan's (ddp_timeout, deepspeed)."""
-        from backend.distributed import extra_args
+        from backend.config.distributed import extra_args
 
         args = to_llamafactory_args(config, output_dir)
         if plan is not None:
@@ -203,7 +203,7 @@ class ConfigPipeline:
         output_dir = self.runs_root / "<run-id>" / OUTPUT_DIR
         command = self.shell_lines(config, preset)
         if plan is not None:
-            from backend.distributed import describe, node_commands
+            from backend.config.distributed import describe, node_commands
 
             lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)
             command = f"# {describe(plan)}\n" + "\n".join(f"# node {rank}\n{line}" for rank, line in enumerate(lines))
@@ -216,26 +216,26 @@ class ConfigPipeline:
 
     @staticmethod
     def shell_lines(config: RunConfig, preset: HardwarePreset | None) -> str:
-        from backend.export import export_shell
+        from backend.config.export import export_shell
 
         return export_shell(config, preset, CONFIG_FILE)
 
     def estimate(self, form: Mapping[str, Any]) -> MemoryEstimate:
         """Peak memory per device for the form's config on its preset."""
-        from backend.estimate import estimate_memory
+        from backend.config.estimate import estimate_memory
 
         config, _, preset = self.parse(form)
         return estimate_memory(config, preset)
 
     def import_yaml(self, text: str, preset_id: str) -> ImportResult:
         """Findings and form values of a pasted or uploaded LLaMA-Factory YAML."""
-        from backend.yaml_import import import_yaml
+        from backend.config.yaml_import import import_yaml
 
         return import_yaml(text or "", self.preset(preset_id))
 
     def fix_yaml(self, text: str, preset_id: str) -> tuple[str, ImportResult]:
         """The YAML with every mechanical fix applied, and what is still wrong with it."""
-        from backend.yaml_import import apply_fixes, dump_yaml
+        from backend.config.yaml_import import apply_fixes, dump_yaml
 
         result = self.import_yaml(text, preset_id)
         if not result.args:
@@ -252,7 +252,7 @@ class ConfigPipeline:
 
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         """A YAML file to download (in the temp export dir) and the shell lines that run it."""
-        from backend.export import default_filenames, export_shell, export_yaml
+        from backend.config.export import default_filenames, export_shell, export_yaml
 
         config, _, preset = self.parse(form)
         yaml_name, _ = default_filenames(config)

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from backend.config import RunConfig
 from backend.findings import Finding, has_problems
-from backend.launcher import Launcher, ProcessIdentity, stop_tree
-from backend.presets import HardwarePreset
+from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
+from backend.config.presets import HardwarePreset
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
 
 if TYPE_CHECKING:
-    from backend.distributed import DistributedPlan
+    from backend.config.distributed import DistributedPlan
     from backend.telemetry.sampler import Sampler
 
 
@@ -103,7 +103,7 @@ class RunManager:
     def _create_and_launch(self, config: RunConfig, preset: HardwarePreset | None, plan: DistributedPlan | None, stop_on_nan: bool) -> RunState:
         import yaml
 
-        from backend.distributed import deepspeed_files, free_port, launch_env, saved_form
+        from backend.config.distributed import deepspeed_files, free_port, launch_env, saved_form
 
         if plan is not None and plan.nnodes == 1:
             plan = replace(plan, master_port=free_port())
@@ -139,7 +139,7 @@ class RunManager:
 
     def resume(self, run_id: str) -> StartResult:
         """Continues a stopped or failed run from its latest complete checkpoint."""
-        from backend.resume import Refusal, prepare_resume, resume_plan
+        from backend.runs.resume import Refusal, prepare_resume, resume_plan
 
         with self._lock:
             active = self.active_run()
@@ -148,7 +148,7 @@ class RunManager:
             refusal = resume_plan(self.store, run_id)
             if isinstance(refusal, Refusal):
                 return StartResult(None, [refusal.finding()])
-            from backend.distributed import form_from_saved
+            from backend.config.distributed import form_from_saved
 
             form = form_from_saved(self.store.read_form(run_id))
             preset = self.pipeline.preset(str(form.get("preset", "")))
@@ -160,7 +160,7 @@ class RunManager:
                 return StartResult(None, plan_findings)
             prepare_resume(self.store, run_id)
             if plan is not None:
-                from backend.distributed import launch_env
+                from backend.config.distributed import launch_env
 
                 env.update(launch_env(plan))
             self.monitors.forget(run_id)  # re-read the whole curve, resumed steps included

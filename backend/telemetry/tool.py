@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from backend.child_env import child_env
+from backend.security.child_env import child_env
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from typing import Mapping
 
 import psutil
 
-from backend import safe_files
-from backend.child_env import child_env, refused_settings
-from backend.distributed import PLAN_VARIABLES
-from backend.logs import TRAINER_LOG
+from backend.runs import safe_files
+from backend.security.child_env import child_env, refused_settings
+from backend.config.distributed import PLAN_VARIABLES
+from backend.runs.logs import TRAINER_LOG
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
 
 # Stop: ask the trainer to stop and save (SIGABRT, which LLaMA-Factory handles when
@@ -89,7 +89,7 @@ def _split_launch_env(preset_env: Mapping[str, str]) -> tuple[dict[str, str], li
 
 def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The trainer's whole environment: the allow-listed part of `base` (default: this
-    process's; never ROCBOARD_AUTH or another secret, see backend/child_env.py), the
+    process's; never ROCBOARD_AUTH or another secret, see backend/security/child_env.py), the
     settings of `preset_env` that child_env allows, the launch variables, OFFLINE_ENV."""
     own, settings = _split_launch_env(preset_env)
     own.update(OFFLINE_ENV)

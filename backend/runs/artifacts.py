@@ -3,7 +3,7 @@
 The archive holds the adapter, its config, the tokenizer files LLaMA-Factory saved beside
 it, and the run's config.yaml: what a user needs to load the adapter elsewhere. Only
 regular files directly inside the run's own output directory are taken, each opened
-without following links (backend.safe_files): a symlink planted there (pointing anywhere),
+without following links (backend.runs.safe_files): a symlink planted there (pointing anywhere),
 an `output/` that is itself a link, or a second name (hard link) of a file elsewhere, is
 skipped, never followed. The archive is written under an unpredictable temporary name and
 renamed into place, so a link planted at adapter.zip or at any temporary name is replaced,
@@ -19,11 +19,11 @@ import time
 import zipfile
 from pathlib import Path
 
-from backend import safe_files
+from backend.runs import safe_files
 from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
-# A model directory has a tokenizer when it holds any one of these (backend.checks asks that
+# A model directory has a tokenizer when it holds any one of these (backend.config.checks asks that
 # of the model the user names); each one saved beside an adapter goes into its archive.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "tiktoken.model")
 # What else a tokenizer and the chat template are saved with; archived too, never required.

@@ -2,7 +2,7 @@
 and the fix.
 
 `gather_facts()` collects everything into a `MachineFacts`: torch's view comes from the
-`backend.doctor_probe` subprocess (the web process never imports torch), the rest from
+`backend.doctor.probe` subprocess (the web process never imports torch), the rest from
 /sys, /dev, the group database, the telemetry detector and package metadata. `run_checks()`
 is pure: tests hand it any machine (an RDNA2 box without groups, an 8-GPU MI300X node, a
 CPU-only laptop) and assert the verdicts.
@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from backend.child_env import child_env
-from backend.doctor_probe import MARKER, installed_version
+from backend.security.child_env import child_env
+from backend.doctor.probe import MARKER, installed_version
 from backend.i18n import Joined
 from backend.i18n import Message as M
 from backend.telemetry.base import SourceStatus
@@ -36,7 +36,7 @@ from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus
 Verdict = Literal["ok", "warning", "problem"]
 Scope = Literal["gpu", "any"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # backend/doctor/__init__.py -> the repository
 PROBE_TIMEOUT_S = 180  # importing torch on a busy machine, then bitsandbytes: tens of seconds
 GIB = 1024**3
 NVIDIA_VENDOR_ID = "0x10de"
@@ -525,7 +525,7 @@ def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) 
     """Run the torch probe in a subprocess (argument list, no shell); a failure is a fact."""
     try:
         done = subprocess.run(
-            [python, "-m", "backend.doctor_probe"],
+            [python, "-m", "backend.doctor.probe"],
             cwd=ROOT,
             # The allow-listed environment (HSA_*, HIP_*, *_VISIBLE_DEVICES included, so torch
             # sees the GPUs a run would); no ROCBOARD_AUTH or other secret in the probe.

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from backend.config import RunConfig
-from backend.presets import HardwarePreset
+from backend.config.presets import HardwarePreset
 
 GIB = 1024**3  # GPU memory is sold in binary units: a "24 GB" card holds 24 GiB
 

@@ -1,4 +1,4 @@
-"""The doctor's facts that need torch, gathered in a subprocess: `python -m backend.doctor_probe`.
+"""The doctor's facts that need torch, gathered in a subprocess: `python -m backend.doctor.probe`.
 
 The web process never imports torch (slow to import, and a broken ROCm install can hang or
 crash in it). This script imports torch, asks it what it was built for and which GPUs it sees,

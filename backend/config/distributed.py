@@ -30,21 +30,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from backend import schema
-from backend.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
-from backend.child_env import _NAME as _ENV_NAME  # the one shell-name rule
+from backend.config import schema
+from backend.security.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
+from backend.security.child_env import _NAME as _ENV_NAME  # the one shell-name rule
 from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, too_many_finding
 from backend.findings import Finding
-from backend.presets import HardwarePreset
-from backend.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES, STRATEGY_LABELS
+from backend.config.presets import HardwarePreset
+from backend.config.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES, STRATEGY_LABELS
 
 Strategy = Literal["ddp", "zero2", "zero3"]
 
-# The defaults, STRATEGIES and the plan's form fields live in backend/schema.py (PLAN_FIELDS).
+# The defaults, STRATEGIES and the plan's form fields live in backend/config/schema.py (PLAN_FIELDS).
 
 # Prefixes of variables that belong to the collective-communication layer; a preset's env
 # entries with these prefixes become the plan's editable rccl_env. Which variables may be
-# set at all is backend/child_env.py's rule (`refusal`), checked in check_plan.
+# set at all is backend/security/child_env.py's rule (`refusal`), checked in check_plan.
 RCCL_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "HSA_FORCE_FINE_GRAIN")
 
 # The variables RocBoard itself sets from the plan; rccl_env may not override them.
@@ -207,7 +207,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-# The page's fields for a plan (backend/schema.py PLAN_FIELDS) and what each holds before
+# The page's fields for a plan (backend/config/schema.py PLAN_FIELDS) and what each holds before
 # the user touches it. form.json keeps them, so a run's plan can be rebuilt from its directory.
 PLAN_FORM_DEFAULTS: dict[str, Any] = schema.plan_form_defaults()
 

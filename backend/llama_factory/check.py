@@ -1,9 +1,9 @@
 """LLaMA-Factory's own word on a config, asked in a helper process.
 
-RocBoard's rules (backend/checks.py, backend/yaml_import.py) know the mistakes people make;
+RocBoard's rules (backend/config/checks.py, backend/config/yaml_import.py) know the mistakes people make;
 LLaMA-Factory's argument parser knows which keys and values really exist. Its answer costs
 an import of torch, transformers and llamafactory (about 7-10 s and 1 GB on a small CPU, see
-docs/estimate.md for the measured figures), so it runs in `backend/lf_check_worker.py`, a
+docs/estimate.md for the measured figures), so it runs in `backend/llama_factory/worker.py`, a
 separate process started with an argument list, and the web process stays light.
 
 The answer is turned into findings in plain words: which keys are unknown (with a "did you
@@ -24,10 +24,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.child_env import child_env
+from backend.security.child_env import child_env
 from backend.findings import Finding
 
-WORKER = Path(__file__).resolve().with_name("lf_check_worker.py")
+WORKER = Path(__file__).resolve().with_name("worker.py")
 NAMES_FILE = Path(__file__).resolve().with_name("llamafactory_names.json")
 GENERAL_KEY = "llamafactory"  # findings about the check itself, not one key
 
@@ -43,7 +43,7 @@ class LlamaFactoryNames:
 
 @lru_cache(maxsize=1)
 def static_names() -> LlamaFactoryNames:
-    """The static list written by `python -m backend.lf_check_worker --names` (a test keeps it
+    """The static list written by `python -m backend.llama_factory.worker --names` (a test keeps it
     equal to the installed package)."""
     data = json.loads(NAMES_FILE.read_text(encoding="utf-8"))
     return LlamaFactoryNames(frozenset(data["keys"]), frozenset(data["templates"]), dict(data["versions"]))

@@ -3,7 +3,7 @@
 Every rule names the form field it is about (the keys of `backend.config.FORM_DEFAULTS`),
 says what is wrong in plain words and what to do; where the fix is mechanical, its `patch`
 holds the form values to set. The YAML importer maps the same findings onto LLaMA-Factory's
-key names (backend/yaml_import.py).
+key names (backend/config/yaml_import.py).
 
 The rules read the disk (model and dataset directories) but never import torch,
 transformers or llamafactory: the web process runs them on every form change.
@@ -23,16 +23,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.artifacts import TOKENIZER_FILES
+from backend.runs.artifacts import TOKENIZER_FILES
 from backend.config import NUMBER_RANGES, RunConfig, range_finding, shown
-from backend.estimate import GIB, estimate_memory, read_model_config
+from backend.config.estimate import GIB, estimate_memory, read_model_config
 from backend.findings import Finding
-from backend.presets import HardwarePreset
+from backend.config.presets import HardwarePreset
 
 Rule = Callable[["_Context"], list[Finding]]
 
 # --- limits, each with the reason it is where it is --------------------------------------------
-# The range of every number is in backend/config.py NUMBER_RANGES (one table for the form,
+# The range of every number is in backend/config/__init__.py NUMBER_RANGES (one table for the form,
 # the import and the multi-GPU plan); these are the rules' own thresholds.
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
 PATH_MAX_BYTES = 4096  # Linux PATH_MAX
@@ -230,7 +230,7 @@ def known_templates() -> frozenset[str]:
         names = re.findall(r'^register_template\(\s*name\s*=\s*"([^"]+)"', source, flags=re.MULTILINE)
         if names:
             return frozenset(names)
-    from backend.lf_check import static_names
+    from backend.llama_factory.check import static_names
 
     return static_names().templates
 
@@ -426,7 +426,7 @@ def rule_memory(ctx: _Context) -> list[Finding]:
             estimate=f"{estimate.total_bytes / GIB:.1f}",
             preset=preset.display_name,
             vram=f"{estimate.vram_bytes / GIB:.0f}",
-            # The estimator composes its fix from its cheapest changes (backend/estimate.py).
+            # The estimator composes its fix from its cheapest changes (backend/config/estimate.py).
             fix=estimate.cheapest_fix,
         )
     ]

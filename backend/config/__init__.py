@@ -3,7 +3,7 @@
 Form values (strings, floats, whatever the browser sent) are parsed once, here, into a
 `RunConfig`; everything after that — checks, preview, the YAML writer, the launcher — reads
 typed fields. Which fields there are, their LLaMA-Factory keys, defaults, choices and ranges
-is backend/schema.py's table; this module is its reader: `parse_form`, `to_form` and
+is backend/config/schema.py's table; this module is its reader: `parse_form`, `to_form` and
 `to_llamafactory_args` walk the table, so a field added there is parsed, shown and written
 without an edit here.
 """
@@ -18,9 +18,9 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from backend import schema
+from backend.config import schema
 from backend.findings import Finding
-from backend.schema import (
+from backend.config.schema import (
     DATASETS_MAX,
     QUANTIZATION_BITS,
     NumberRange,
@@ -147,7 +147,7 @@ def to_yaml(config: RunConfig, output_dir: str | Path) -> str:
 # --- the form boundary ------------------------------------------------------------------
 
 # Names of the form's fields, and what each holds before the user touches it (derived from
-# backend/schema.py; functions here read the schema at call time).
+# backend/config/schema.py; functions here read the schema at call time).
 FORM_DEFAULTS: dict[str, Any] = schema.form_defaults()
 FORM_FIELDS: tuple[str, ...] = tuple(FORM_DEFAULTS)
 
@@ -155,7 +155,7 @@ FORM_FIELDS: tuple[str, ...] = tuple(FORM_DEFAULTS)
 # --- limits: what a value may be --------------------------------------------------------
 #
 # Every number and list the form, the YAML import (through parse_form) and the multi-GPU plan
-# (backend/distributed.py) accept is bounded by its schema field (`range`, `max_chars`). A
+# (backend/config/distributed.py) accept is bounded by its schema field (`range`, `max_chars`). A
 # value outside gets a finding naming the field, the range and a fix, and falls back to its
 # default so nothing downstream (the preview, the estimate, node commands, the YAML) sees it.
 

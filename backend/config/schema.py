@@ -3,11 +3,11 @@ range, widget and message ids, in one table.
 
 Everything else derives from this table, at call time (so a test that adds a field to
 RUN_FIELDS sees it everywhere): the defaults (`form_defaults`), form -> config and back
-(backend/config.py `parse_form`, `to_form`), config -> YAML (`to_llamafactory_args`),
-YAML -> form (backend/yaml_import.py), the ranges (`number_ranges`), the page's field list
+(backend/config/__init__.py `parse_form`, `to_form`), config -> YAML (`to_llamafactory_args`),
+YAML -> form (backend/config/yaml_import.py), the ranges (`number_ranges`), the page's field list
 and element ids (`page_fields`, `element_ids`; ui/train_tab.py builds its widgets from them),
 and the multi-GPU plan's fields (PLAN_FIELDS, the typed `DistributedPlan` of
-backend/distributed.py). Adding a field is one `Field(...)` line here plus its `label.<name>`
+backend/config/distributed.py). Adding a field is one `Field(...)` line here plus its `label.<name>`
 and `field.<name>` lines in each catalogue (backend/i18n/locales/*.yaml); a field without a
 typed slot in RunConfig (`path=""`) lives in `RunConfig.extra` until a rule needs it typed.
 
@@ -252,7 +252,7 @@ RUN_FIELDS: tuple[Field, ...] = (
 )
 
 
-# --- the multi-GPU plan: a typed sub-model (backend/distributed.py DistributedPlan) -------------
+# --- the multi-GPU plan: a typed sub-model (backend/config/distributed.py DistributedPlan) -------------
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's own default; used where no free port can be probed
 # Long enough for rank 0 to tokenize a large dataset while the other ranks wait at a barrier

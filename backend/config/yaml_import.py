@@ -5,7 +5,7 @@ The file is read the way `llamafactory-cli train` reads it (safe YAML, plus Omeg
 float rule so `1e-4` is a number), then checked twice:
 - YAML rules (this module): keys that do not exist or mean something else, values YAML
   reads differently than people think (`flash_attn: off` is false), typos of real keys;
-- config rules (backend/checks.py) over the form values the file sets, with their findings
+- config rules (backend/config/checks.py) over the form values the file sets, with their findings
   renamed to the YAML's keys.
 A finding whose fix is mechanical carries a `patch` (keys to set; None = remove);
 `apply_fixes` applies them.
@@ -21,12 +21,12 @@ from typing import Any
 
 import yaml
 
-from backend import schema
-from backend.checks import check_config
+from backend.config import schema
+from backend.config.checks import check_config
 from backend.config import parse_form, shown
 from backend.findings import Finding
-from backend.lf_check import did_you_mean, static_names
-from backend.presets import HardwarePreset
+from backend.llama_factory.check import did_you_mean, static_names
+from backend.config.presets import HardwarePreset
 
 MAX_NESTED_VALUES = 10_000  # a training config has ~50 scalars; aliases can make millions
 # A training config nests a list one level down; PyYAML builds nested values recursively,
@@ -38,11 +38,11 @@ MAX_UNKNOWN_KEYS_LISTED = 50
 KEY_SHOWN_CHARS = 64  # a key longer than any real one is shown cut, and never spell-checked
 FILE_KEY = "file"  # findings about the file as a whole
 
-# Form field -> the LLaMA-Factory key a finding about it is shown under (backend/schema.py;
+# Form field -> the LLaMA-Factory key a finding about it is shown under (backend/config/schema.py;
 # the functions below read the schema at call time).
 FORM_TO_YAML: dict[str, str] = schema.form_to_yaml()
 PRECISION_KEYS = schema.PRECISION_KEYS
-# Keys RocBoard writes itself (backend/config.py to_llamafactory_args) or that do not change
+# Keys RocBoard writes itself (backend/config/__init__.py to_llamafactory_args) or that do not change
 # what is trained: importing them loses nothing.
 WRITTEN_BY_ROCBOARD = frozenset(
     {
@@ -53,7 +53,7 @@ WRITTEN_BY_ROCBOARD = frozenset(
         "include_num_input_tokens_seen",
     }
 )
-# What LLaMA-Factory accepts: the form's choices and those only it knows (backend/schema.py).
+# What LLaMA-Factory accepts: the form's choices and those only it knows (backend/config/schema.py).
 FLASH_ATTN_CHOICES = schema.field("flash_attn").all_choices
 FLASH_ATTN_ALIASES = {"eager": "disabled", "none": "disabled", "off": "disabled", "false": "disabled", "flash_attention_2": "fa2", "flash_attn2": "fa2", "fa": "fa2", "flash_attention_3": "fa3", "true": "auto", "on": "auto"}
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")
@@ -252,7 +252,7 @@ def _count_values(value: Any, budget: int) -> tuple[int, int]:
 
 def form_values_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """The form fields a LLaMA-Factory mapping sets (values as given; parse_form judges
-    them); each field's codec in backend/schema.py says which keys it reads and how."""
+    them); each field's codec in backend/config/schema.py says which keys it reads and how."""
     values: dict[str, Any] = {}
     for form_field in schema.run_fields():
         if form_field.yaml is None:
@@ -552,7 +552,7 @@ def import_yaml(
     return ImportResult(form_values, findings, args)
 
 
-# Values LLaMA-Factory accepts that the form has no choice for (backend/schema.py).
+# Values LLaMA-Factory accepts that the form has no choice for (backend/config/schema.py).
 def llamafactory_only_choices() -> dict[str, frozenset[Any]]:
     return {f.name: frozenset(f.llamafactory_choices) for f in schema.run_fields() if f.llamafactory_choices}
 

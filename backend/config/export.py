@@ -11,9 +11,9 @@ import re
 import shlex
 from pathlib import Path
 
-from backend.child_env import _NAME as ENV_NAME  # the one shell-name rule
+from backend.security.child_env import _NAME as ENV_NAME  # the one shell-name rule
 from backend.config import RunConfig, to_yaml
-from backend.presets import HardwarePreset
+from backend.config.presets import HardwarePreset
 
 
 def export_yaml(config: RunConfig, output_dir: str) -> str:

@@ -9,7 +9,7 @@ again from the start; a garbage line is counted and skipped, never raised.
 Bounded whatever the file holds: a poll reads at most `max_chunk` bytes (the rest waits for
 the next poll); a line longer than MAX_LINE_BYTES is dropped up to its end and counted,
 never kept whole; a curve keeps at most MAX_POINTS points (older ones thinned, the recent
-ones kept). Files are opened inside their run without following links (backend.safe_files):
+ones kept). Files are opened inside their run without following links (backend.runs.safe_files):
 a symlink planted at a log is read as no file at all.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
-from backend import safe_files
+from backend.runs import safe_files
 
 TRAINER_LOG = "trainer_log.jsonl"  # LLaMA-Factory's name, written into output_dir
 

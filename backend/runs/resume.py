@@ -22,7 +22,7 @@ What LLaMA-Factory 0.9.5 and transformers 5.6 do, and why each step below exists
   Trainer._save_checkpoint); a checkpoint directory without a readable trainer_state.json
   or without its weights is half written and is never resumed from.
 
-Every file of the run is reached without following a link (backend.safe_files): a checkpoint,
+Every file of the run is reached without following a link (backend.runs.safe_files): a checkpoint,
 log, config or output file planted as a symlink is no checkpoint, no log, and is neither
 read, appended to, nor archived. The trainer log is only ever read at its end (bounded).
 """
@@ -42,10 +42,10 @@ from typing import Any
 
 import yaml
 
-from backend import safe_files
+from backend.runs import safe_files
 from backend.findings import Finding
 from backend.i18n import DEFAULT_LOCALE, Message, render_message
-from backend.logs import TRAINER_LOG
+from backend.runs.logs import TRAINER_LOG
 from backend.runs import (
     CONFIG_FILE,
     LOG_FILE,

@@ -1,8 +1,8 @@
 """Helper process: runs LLaMA-Factory's own argument parser over training configs.
 
 The web process never imports llamafactory (about 1 GB and several seconds); it starts this
-script instead (see backend/lf_check.py). This file imports nothing from RocBoard, so it
-runs the same whether started as `python -m backend.lf_check_worker` or by its path.
+script instead (see backend/llama_factory/check.py). This file imports nothing from RocBoard, so it
+runs the same whether started as `python -m backend.llama_factory.worker` or by its path.
 
 Protocol: one JSON object on stdin,
     {"configs": [{...training args...}, ...], "names": true|false}
@@ -12,7 +12,7 @@ and one JSON object as the last line of stdout,
       "parse_s": 0.01}, ...], "names": {"keys": [...], "templates": [...], "versions": {...}}}
 or {"ok": false, "error": {"type", "message"}} when LLaMA-Factory cannot even be imported.
 
-`python -m backend.lf_check_worker --names` prints only the names (for the static list).
+`python -m backend.llama_factory.worker --names` prints only the names (for the static list).
 
 What it checks, in order, for each config:
 1. keys that none of LLaMA-Factory's argument dataclasses has (its parser would refuse them);

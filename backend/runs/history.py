@@ -6,7 +6,7 @@ hostile one: a summary reads only the end of each trainer_log.jsonl (at most
 TAIL_MAX_BYTES, however the file looks), an overlay curve reads a long log in evenly spaced
 windows (at most CURVE_READ_BYTES), and what was read is kept until the file's size or
 mtime changes (a finished run is read once). Every file is opened inside its run without
-following links (backend.safe_files).
+following links (backend.runs.safe_files).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from backend import safe_files
+from backend.runs import safe_files
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
-from backend.logs import (
+from backend.runs.logs import (
     MAX_LINE_BYTES,
     TRAINER_LOG,
     JsonlTail,
@@ -62,7 +62,7 @@ TAIL_MAX_BYTES = 4 * 1024 * 1024
 CURVE_READ_BYTES = 16 * 1024 * 1024
 CURVE_WINDOWS = 2048
 CURVE_WINDOW_BYTES = CURVE_READ_BYTES // CURVE_WINDOWS
-ATTEMPTS_DIR = "attempts"  # backend.resume archives each earlier attempt's state.json here
+ATTEMPTS_DIR = "attempts"  # backend.runs.resume archives each earlier attempt's state.json here
 
 # One colour per run in an overlay, distinct on white and for common colour blindness
 # (Okabe–Ito), the first being the single-run chart's red.

@@ -2,7 +2,7 @@
 
 A user adds a preset by dropping a file in presets/. A file that does not load is
 reported by name and skipped; it never stops the app. Its `env:` entries reach the
-trainer's environment, so they follow backend/child_env.py's rule like the Multi-GPU tab's
+trainer's environment, so they follow backend/security/child_env.py's rule like the Multi-GPU tab's
 RCCL settings: a file that sets LD_PRELOAD, PYTHONPATH, BROWSER or any other variable
 outside the allow-list is skipped the same way.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from backend.child_env import _NAME as ENV_NAME, refused_settings  # the one shell-name rule
-from backend.schema import FLASH_ATTN_CHOICES, PRECISIONS, form_defaults
+from backend.security.child_env import _NAME as ENV_NAME, refused_settings  # the one shell-name rule
+from backend.config.schema import FLASH_ATTN_CHOICES, PRECISIONS, form_defaults
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 DEFAULT_PRESET_ID = "cpu-demo"
 
 
@@ -97,7 +97,7 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
     refused = refused_settings((str(k), str(v)) for k, v in env.items())
     if refused:
         raise ValueError("env: " + " ".join(r.problem for r in refused))
-    # The choices the form offers (backend/schema.py): a preset fills the form.
+    # The choices the form offers (backend/config/schema.py): a preset fills the form.
     if data["precision"] not in PRECISIONS:
         raise ValueError(f"precision must be {_one_of(PRECISIONS)}, not {data['precision']!r}")
     if data["flash_attn"] not in FLASH_ATTN_CHOICES:

@@ -1,4 +1,4 @@
-"""`python app.py doctor [--json] [--lang zh-CN]` (also `python -m backend.doctor_cli`): is this machine ready
+"""`python app.py doctor [--json] [--lang zh-CN]` (also `python -m backend.doctor.cli`): is this machine ready
 to fine-tune on its AMD GPU? One line per check: verdict, what was seen, and the fix.
 
 Exit status: 0 when nothing would break a run, 1 when a check found a problem. A CPU-only

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from backend import safe_files
+from backend.runs import safe_files
 
 RunStateName = Literal["starting", "running", "finished", "failed", "stopped"]
 ACTIVE_STATES = ("starting", "running")
