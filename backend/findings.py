@@ -23,7 +23,7 @@ class Finding:
     patch: dict[str, Any] = field(default_factory=dict)
     # The message's parameters. Set (by `Finding.of`) when the text comes from the catalogue
     # (`check.<rule>.problem` / `.fix`): any locale renders it from these, no matching back.
-    # None for a finding still built from English sentences (being phased out).
+    # None for a finding built by hand from finished sentences: those are shown as written.
     params: dict[str, Any] | None = None
     # The message id when a rule has several messages ("nproc-range-digits" for the rule
     # "nproc-range"): the texts are `check.<message>.problem` / `.fix`. Empty: the rule's own.
@@ -60,7 +60,7 @@ class Finding:
 
     def text(self, locale: str = "en") -> tuple[str, str]:
         """(problem, fix) in `locale`."""
-        from backend.i18n import render_message, translate_message
+        from backend.i18n import render_message
 
         if self.params is not None:
             message_id = self.message or self.rule
@@ -69,10 +69,8 @@ class Finding:
                 render_message(f"check.{message_id}.problem", values, locale),
                 render_message(f"check.{message_id}.fix", values, locale),
             )
-        return (
-            translate_message(self.rule, "problem", self.problem, locale),
-            translate_message(self.rule, "fix", self.fix, locale),
-        )
+        # Built by hand from finished sentences (tests, a third party's words): shown as written.
+        return self.problem, self.fix
 
     def line(self) -> str:
         """One line for the command line: key, problem, fix."""

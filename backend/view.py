@@ -21,16 +21,16 @@ from backend.config.schema import STRATEGIES
 from backend.snapshot import RunSnapshot
 
 # Which form field a config key's finding belongs next to.
-KEY_TO_FIELD = {
-    "model_name_or_path": "model_path",
-    "per_device_train_batch_size": "batch_size",
-    "gradient_accumulation_steps": "grad_accum",
-    "bf16": "precision",
-    "fp16": "precision",
-    "datasets": "dataset",
-    "dataset_dir": "dataset_dir",
-    "num_train_epochs": "num_train_epochs",
-}
+# Findings about a LLaMA-Factory key are shown next to the form field that writes it: the
+# schema says which keys each field writes ("datasets" is RunConfig's name for the dataset list).
+FINDING_KEY_ALIASES = {"datasets": "dataset"}
+
+
+def key_to_field() -> dict[str, str]:
+    from backend.config import schema
+
+    keys = {key: f.name for f in schema.run_fields() if f.yaml is not None for key in f.yaml.keys}
+    return {**keys, **FINDING_KEY_ALIASES}
 
 
 # --- user text in Markdown -------------------------------------------------------------------
@@ -87,7 +87,7 @@ def markdown_message(text: object, limit: int = SHOWN_TEXT_MAX) -> str:
 
 
 def field_for(key: str) -> str:
-    return KEY_TO_FIELD.get(key, key)
+    return key_to_field().get(key, key)
 
 
 def finding_text(finding: Finding, locale: str = "en") -> tuple[str, str]:

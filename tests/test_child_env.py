@@ -47,7 +47,6 @@ from backend.config.distributed import (
     plan_to_form,
     slurm_script,
 )
-from backend.findings import Finding
 from backend.i18n import translate_finding
 from backend.runs.launcher import OFFLINE_ENV, trainer_env
 from backend.config.presets import PRESETS_DIR, load_presets
@@ -239,7 +238,7 @@ def test_each_refusal_reads_in_chinese_with_its_values() -> None:
     seen = set()
     for name, value in cases:
         found = refusal(name, value)
-        finding = translate_finding(Finding("rccl_env", found.problem, found.fix, rule=found.rule), "zh-CN")
+        finding = translate_finding(found.finding("rccl_env"), "zh-CN")
         assert finding.problem != found.problem and finding.fix != found.fix, found
         if found.rule not in ("bad-env-name", "env-name-too-long"):
             assert name in finding.problem

@@ -23,11 +23,8 @@ Message ids, by prefix:
   LLaMA-Factory's own check, the multi-GPU plan, the resume refusals. A finding built with
   `Finding.of(key, rule, message=..., **params)` renders `check.<message or rule>.*` from
   its parameters in any locale.
-  Legacy path, until every producer builds its findings with `Finding.of`: a finding that
-  carries only English sentences (`params is None`) is matched back against the English
-  templates (`translate_message`), variants `.problem.2`, `.fix.2`, ... in catalogue order
-  (a rule's more specific variant first), and its values put into the other locale's
-  template. A message that matches no template stays in English.
+  No English sentence is ever matched back: a finding built by hand from finished
+  sentences (`params is None`) is shown as written.
 - `field.*`: the field names the rules put into their messages ("Batch size"); a `{field}`
   value is translated too (and a `{state}` value through `state.*`).
 
@@ -39,7 +36,6 @@ This package imports neither gradio nor torch: the backend and the tests use it 
 
 from __future__ import annotations
 
-import re
 import string
 from functools import lru_cache
 from pathlib import Path
@@ -62,8 +58,7 @@ LOCALES_DIR = Path(__file__).resolve().parent / "locales"
 
 
 def load_locale_file(path: Path) -> dict[str, str]:
-    """One locale's catalogue: a flat YAML mapping of message id -> text, in file order
-    (the English order is the order `translate_message` tries a rule's variants in)."""
+    """One locale's catalogue: a flat YAML mapping of message id -> text, in file order."""
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise ValueError(f"{path}: a locale file is a flat mapping of message id -> text")
@@ -162,28 +157,6 @@ def ui_translations() -> dict[str, dict[str, str]]:
 # --- findings ---------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
-def _template_pattern(template: str) -> re.Pattern[str]:
-    """A regex that matches what `template` renders to, capturing each placeholder's value."""
-    parts: list[str] = []
-    seen: set[str] = set()
-    for literal, name, _, _ in string.Formatter().parse(template):
-        parts.append(re.escape(literal))
-        if name is None:
-            continue
-        if name in seen:
-            parts.append(f"(?P={name})")
-        else:
-            seen.add(name)
-            parts.append(f"(?P<{name}>.*?)")
-    return re.compile("".join(parts), re.DOTALL)
-
-
-def _variant_keys(rule: str, part: str) -> list[str]:
-    base = f"check.{rule}.{part}"
-    return [key for key in CATALOGUE[DEFAULT_LOCALE] if key == base or key.startswith(base + ".")]
-
-
 # Placeholders whose values are themselves catalogue words: a form field's English name
 # ("Batch size") or a run state ("running") is put into the other language's words too.
 _WORD_PLACEHOLDERS = {"field": "field.", "state": "state."}
@@ -197,23 +170,6 @@ def _localize_word(name: str, value: str, locale: str) -> str:
         if key.startswith(prefix) and english == value:
             return translate(key, locale)
     return value
-
-
-def translate_message(rule: str, part: str, english: str, locale: str) -> str:
-    """One message of a config rule (`part` is "problem" or "fix") in `locale`.
-
-    The English message is matched against the rule's English templates; the values found
-    are put into the same template of `locale`. Without a match it stays in English."""
-    canonical = canonical_locale(locale) or DEFAULT_LOCALE
-    if canonical == DEFAULT_LOCALE or not rule:
-        return english
-    for key in _variant_keys(rule, part):
-        match = _template_pattern(CATALOGUE[DEFAULT_LOCALE][key]).fullmatch(english)
-        if match is None:
-            continue
-        values = {name: _localize_word(name, value, canonical) for name, value in match.groupdict().items()}
-        return _fill(key, canonical, values)
-    return english
 
 
 def render_message(key: str, params: Mapping[str, Any], locale: str | None) -> str:
@@ -326,6 +282,5 @@ __all__ = [
     "translate",
     "translate_diagnosis",
     "translate_finding",
-    "translate_message",
     "ui_translations",
 ]
