@@ -65,6 +65,8 @@ class TrainingSpec:
     gradient_accumulation_steps: int = 8
     lr_scheduler_type: str = "cosine"
     warmup_ratio: float = 0.0
+    warmup_steps: int = 0  # > 0 wins over warmup_ratio (backend/config/schema.py WARMUP_RATIO)
+    optim: str = "adamw_torch"
     logging_steps: int = 10
     save_steps: int = 500
     gradient_checkpointing: bool = True
@@ -119,9 +121,6 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
     for form_field in schema.run_fields():
         if form_field.yaml is not None:
             args.update(form_field.yaml.write(values[form_field.name], values))
-    if config.data.max_samples is not None:
-        args["max_samples"] = config.data.max_samples
-    training = config.training
     args.update(
         trust_remote_code=config.model.trust_remote_code,
         output_dir=str(output_dir),
@@ -130,9 +129,6 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
         report_to="none",
         # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
         include_num_input_tokens_seen=True,
-        lr_scheduler_type=training.lr_scheduler_type,
-        warmup_ratio=training.warmup_ratio,
-        seed=training.seed,
     )
     if config.hardware.use_cpu:
         # Without it, a CPU run with bf16 fails in the trainer's device checks.
@@ -372,6 +368,13 @@ class _FormReader:
     def _int(self, form_field: schema.Field) -> int:
         return self._number(form_field, int)
 
+    def _optional_int(self, form_field: schema.Field) -> int | None:
+        """A whole number, or None for an empty value (or a bad one: the default is empty)."""
+        if self.raw(form_field) in (None, ""):
+            return None
+        number = self._number(form_field, int)
+        return None if number == form_field.default else number
+
     def _float(self, form_field: schema.Field) -> float:
         return self._number(form_field, float)
 
@@ -431,6 +434,8 @@ def form_value(form_field: schema.Field, value: Any) -> Any:
         return ",".join(value)
     if form_field.kind == "quantization":
         return "none" if value is None else str(value)
+    if form_field.kind == "optional_int":
+        return "" if value is None else value
     return value
 
 

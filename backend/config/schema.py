@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 # How config.py parses a field's raw value (and which finding a bad one gets).
-Kind = Literal["text", "int", "float", "choice", "flag", "datasets", "quantization", "gpus", "env_lines"]
+# "optional_int": a whole number, or empty for None (max_samples: empty = every sample).
+Kind = Literal["text", "int", "optional_int", "float", "choice", "flag", "datasets", "quantization", "gpus", "env_lines"]
 # What the page builds for it (ui/train_tab.py maps each hint to a Gradio widget).
 Widget = Literal["textbox", "lines", "number", "integer", "dropdown", "radio", "checkbox"]
 
@@ -155,6 +156,31 @@ PRECISION = YamlCodec(
 )
 
 
+# Warmup: transformers 4 lets `warmup_steps` > 0 override `warmup_ratio`; transformers 5 lets a
+# set `warmup_ratio` override `warmup_steps`. RocBoard writes at most one of the two, so the run
+# warms up the same under either: the steps when > 0 (the form says they win), else the ratio
+# when > 0, else neither (no warmup, both libraries' default).
+WARMUP_RATIO = YamlCodec(
+    ("warmup_ratio",),
+    lambda value, values: {"warmup_ratio": value} if value > 0 and not values.get("warmup_steps") else {},
+    lambda args: args.get("warmup_ratio", ABSENT),
+    lambda value: {"warmup_ratio": value or None},
+)
+WARMUP_STEPS = YamlCodec(
+    ("warmup_steps",),
+    lambda value, _: {"warmup_steps": value} if value > 0 else {},
+    lambda args: args.get("warmup_steps", ABSENT),
+    lambda value: {"warmup_steps": value or None},
+)
+# Empty (None) = every sample: the key is left out, as LLaMA-Factory's own default.
+MAX_SAMPLES = YamlCodec(
+    ("max_samples",),
+    lambda value, _: {} if value is None else {"max_samples": value},
+    lambda args: "" if args.get("max_samples", ABSENT) is None else args.get("max_samples", ABSENT),
+    lambda value: {"max_samples": None if value in (None, "") else value},
+)
+
+
 # --- a field ---------------------------------------------------------------------------------
 
 
@@ -216,7 +242,28 @@ QUANTIZATION_BITS: tuple[int | None, ...] = (None, 8, 4)
 FLASH_ATTN_CHOICES: tuple[str, ...] = ("auto", "disabled", "sdpa", "fa2")
 FLASH_ATTN_LLAMAFACTORY_ONLY: tuple[str, ...] = ("fa3",)
 
+# transformers' SchedulerType. The form offers those that need nothing more than a warmup;
+# LLaMA-Factory also takes the rest, which need lr_scheduler_kwargs (min_lr, the decay steps)
+# or an evaluation strategy (reduce_lr_on_plateau), so an imported one is a warning.
+LR_SCHEDULERS: tuple[str, ...] = ("cosine", "linear", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial", "inverse_sqrt")
+LR_SCHEDULERS_LLAMAFACTORY_ONLY: tuple[str, ...] = ("reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy")
+# transformers' OptimizerNames. The form offers plain PyTorch / transformers optimizers, which
+# run on ROCm and on the CPU alike; bitsandbytes' 8-bit and paged ones need a ROCm build of
+# bitsandbytes (and no CPU), the others extra packages or other hardware: LLaMA-Factory takes
+# them, the form does not offer them (an imported one is a warning).
+OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")
+OPTIMIZERS_LLAMAFACTORY_ONLY: tuple[str, ...] = (
+    "adagrad", "rmsprop", "adamw_torch_4bit", "adamw_torch_8bit", "adamw_anyprecision", "ademamix", "stable_adamw",
+    "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit",
+    "paged_ademamix_32bit", "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit", "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+    "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw", "schedule_free_radam",
+    "schedule_free_adamw", "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise",
+    "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused",
+)
+
 _BIG = 1_000_000_000
+SEED_MAX = 2**32 - 1  # numpy's seed is 32-bit; transformers seeds numpy with it
 
 # In page order, which is also the YAML's order.
 RUN_FIELDS: tuple[Field, ...] = (
@@ -245,6 +292,14 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("precision", "choice", "bf16", "bf16", codec=PRECISION, path="precision.precision", choices=PRECISIONS, widget="radio", section="training", row="precision"),
     Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="precision"),
     Field("gradient_checkpointing", "flag", True, "disable_gradient_checkpointing", codec=GRADIENT_CHECKPOINTING, path="training.gradient_checkpointing", widget="checkbox", section="training", row="precision"),
+    Field("lr_scheduler_type", "choice", "cosine", "lr_scheduler_type", path="training.lr_scheduler_type", choices=LR_SCHEDULERS, llamafactory_choices=LR_SCHEDULERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="schedule"),
+    # A ratio of the training steps, or a number of steps; steps > 0 win (WARMUP_RATIO above).
+    Field("warmup_ratio", "float", 0.0, "warmup_ratio", codec=WARMUP_RATIO, path="training.warmup_ratio", range=NumberRange(0, 1, 0.1, rule="warmup-ratio-range", high_open=True), widget="number", section="training", row="schedule"),
+    Field("warmup_steps", "int", 0, "warmup_steps", codec=WARMUP_STEPS, path="training.warmup_steps", range=NumberRange(0, _BIG, 0, rule="warmup-steps-range"), widget="integer", section="training", row="schedule"),
+    Field("optim", "choice", "adamw_torch", "optim", path="training.optim", choices=OPTIMIZERS, llamafactory_choices=OPTIMIZERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="optim"),
+    Field("seed", "int", 42, "seed", path="training.seed", range=NumberRange(0, SEED_MAX, 42, rule="seed-range"), widget="integer", section="training", row="optim"),
+    # A textbox, so it can be emptied: empty = every sample.
+    Field("max_samples", "optional_int", "", "max_samples", codec=MAX_SAMPLES, path="data.max_samples", range=NumberRange(1, _BIG, 1000, rule="max-samples-range"), section="training", row="optim"),
     Field("logging_steps", "int", 10, "logging_steps", path="training.logging_steps", range=NumberRange(1, _BIG, 10, rule="logging-steps-range"), widget="integer", section="training", row="steps"),
     Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
     # the run-name rule asks for 64; a longer one still gets that rule's fix
@@ -362,6 +417,8 @@ __all__ = [
     "DEFAULT_RCCL_ENV",
     "FINETUNING_TYPES",
     "FLASH_ATTN_CHOICES",
+    "LR_SCHEDULERS",
+    "OPTIMIZERS",
     "Field",
     "NumberRange",
     "PLAN_FIELDS",

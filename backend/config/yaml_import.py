@@ -47,8 +47,8 @@ PRECISION_KEYS = schema.PRECISION_KEYS
 WRITTEN_BY_ROCBOARD = frozenset(
     {
         "stage", "do_train", "output_dir", "plot_loss", "overwrite_output_dir", "report_to",
-        "lr_scheduler_type", "warmup_ratio", "seed", "quantization_method", "trust_remote_code",
-        "use_cpu", "max_samples", "overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers",
+        "quantization_method", "trust_remote_code",
+        "use_cpu", "overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers",
         "logging_dir", "save_total_limit", "save_only_model", "ddp_timeout", "resume_from_checkpoint",
         "include_num_input_tokens_seen",
     }
