@@ -61,10 +61,17 @@ class FailureSummary:
 class Rule:
     name: str  # its words are the catalogue's diagnose.<name>.cause / .fix
     patterns: tuple[re.Pattern[str], ...]
+    # lines that must ALSO be somewhere in the log: a bare `KeyError: 'x'` names a missing
+    # dataset column only when LLaMA-Factory's converter is in the traceback
+    context: tuple[re.Pattern[str], ...] = ()
 
 
-def _rule(name: str, patterns: Iterable[str]) -> Rule:
-    return Rule(name, tuple(re.compile(p, re.IGNORECASE) for p in patterns))
+def _rule(name: str, patterns: Iterable[str], context: Iterable[str] = ()) -> Rule:
+    return Rule(
+        name,
+        tuple(re.compile(p, re.IGNORECASE) for p in patterns),
+        tuple(re.compile(p, re.IGNORECASE) for p in context),
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -167,6 +174,14 @@ RULES: tuple[Rule, ...] = (
         [r"Undefined dataset \S+ in dataset_info\.json"],
     ),
     _rule(
+        # The converter indexes each row by the declared column (`example[attr.response]`,
+        # `message[attr.role_tag]`): a column no row has raises KeyError from
+        # llamafactory/data/converter.py, re-raised by datasets' LazyDict.__getitem__.
+        "dataset_column_missing",
+        [r"^KeyError: (['\"])[^'\"]{1,200}\1$"],
+        context=[r'File "[^"]*llamafactory[/\\]data[/\\]converter\.py", line \d+, in (?:__call__|align_dataset)'],
+    ),
+    _rule(
         "template_unknown",
         [r"Template \S+ does not exist"],
     ),
@@ -206,6 +221,8 @@ def diagnose(log_text: str, exit_code: int | None = None) -> list[Diagnosis]:
     lines = list(_segments(log_text))
     found: list[Diagnosis] = []
     for rule in RULES:
+        if rule.context and not all(any(p.search(line) for line in lines) for p in rule.context):
+            continue
         evidence = next(
             (line for line in reversed(lines) if any(p.search(line.strip()) for p in rule.patterns)),
             None,

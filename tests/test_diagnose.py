@@ -35,6 +35,7 @@ EXPECTED_TOP_RULE = {
     "real_model_path_missing.log": "model_not_found",
     "real_tokenizer_missing.log": "tokenizer_not_loadable",
     "real_dataset_undefined.log": "dataset_undefined",
+    "real_dataset_column_missing.log": "dataset_column_missing",
     "real_template_unknown.log": "template_unknown",
     "real_unknown_config_key.log": "unknown_config_key",
 }

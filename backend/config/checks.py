@@ -313,7 +313,11 @@ def _dataset_entry(ctx: _Context, directory: Path, info: dict[str, Any], name: s
     problem = _data_file_problem(str(path), *_stamp(path))
     if problem:
         return [Finding.of("dataset", "dataset-file-unreadable", path=str(path), problem=problem)]
-    return []
+    found = _columns_problem(str(path), *_stamp(path), json.dumps(entry, sort_keys=True, default=str))
+    if found is None:
+        return []
+    message, params = found
+    return [Finding.of("dataset", "dataset-columns-missing", message=message, name=_quoted(name), file=str(directory / DATASET_INFO), path=str(path), **dict(params))]
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -365,9 +369,182 @@ def _data_file_problem(path: str, mtime_ns: int, size: int) -> str:
         return "it is not UTF-8 text"
     except ValueError as error:
         return f"invalid JSON ({error})"
+    except RecursionError:
+        return "invalid JSON (nested too deeply)"
     except OSError as error:
         return str(error)
     return ""
+
+
+# --- columns: the first rows against the layout dataset_info.json declares -----------------
+# LLaMA-Factory's converter (llamafactory/data/converter.py) indexes each row by the declared
+# column names, `example[attr.response]`: a column no row has is `KeyError: 'output'` after the
+# model has loaded. Only the start of the file is read, so a huge file costs what a small one does.
+COLUMNS_READ_MAX_BYTES = 64 * 1024
+COLUMNS_ROWS_CHECKED = 20
+# LLaMA-Factory's defaults (DatasetAttr in llamafactory/data/parser.py). An entry with a
+# `columns` mapping takes ONLY the names it lists: every other one becomes None (not its default).
+_ALPACA_DEFAULTS = {"prompt": "instruction", "query": "input", "response": "output"}
+_SHAREGPT_DEFAULTS = {"messages": "conversations"}
+_TAG_DEFAULTS = {"role_tag": "from", "content_tag": "value"}
+_OPTIONAL_COLUMNS = ("history", "system", "tools", "images", "videos", "audios", "kto_tag")
+# columns people often use instead of LLaMA-Factory's names, to guess the mapping
+_COLUMN_SYNONYMS = {
+    "prompt": ("question", "prompt", "instruction", "query", "text"),
+    "query": ("input", "context"),
+    "response": ("answer", "response", "completion", "output", "target", "label"),
+}
+
+
+def _first_rows(path: str, size: int) -> list[dict[str, Any]] | None:
+    """Up to COLUMNS_ROWS_CHECKED records from the first COLUMNS_READ_MAX_BYTES of a .json
+    (list of objects) or .jsonl file, or the header of a .csv; None for other kinds (not checked)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".json", ".jsonl", ".csv"):
+        return None
+    with open(path, "rb") as handle:
+        raw = handle.read(COLUMNS_READ_MAX_BYTES)
+    truncated = size > len(raw)
+    text = raw.decode("utf-8", errors="ignore")  # a cut multi-byte character at the end
+    rows: list[dict[str, Any]] = []
+    if suffix == ".csv":
+        import csv
+        import io
+
+        header = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+        return [{name.strip(): "" for name in header if name.strip()}] if header else []
+    if suffix == ".jsonl":
+        lines = text.splitlines()
+        if truncated and lines:
+            lines = lines[:-1]  # the last line may be cut
+        for line in lines:
+            if len(rows) >= COLUMNS_ROWS_CHECKED:
+                break
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a broken line is _data_file_problem's to report
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+    decoder = json.JSONDecoder()
+    index = len(text) - len(text.lstrip())
+    if not text[index:index + 1] == "[":
+        return None  # one object (columns of lists) or not JSON: not checked here
+    index += 1
+    while len(rows) < COLUMNS_ROWS_CHECKED:
+        while index < len(text) and text[index] in " \t\r\n,":
+            index += 1
+        if index >= len(text) or text[index] == "]":
+            break
+        try:
+            row, index = decoder.raw_decode(text, index)
+        except (ValueError, RecursionError):
+            break  # the item the read bound cut (or one nested too deeply to judge)
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _looks_like_conversation(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(turn, dict) for turn in value)
+
+
+def _keys(rows: list[dict[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(dict.fromkeys(str(key) for key in row))
+    return list(seen)
+
+
+def _names(values: Any) -> str:
+    return ", ".join(_quoted(v) for v in values) or "-"
+
+
+@lru_cache(maxsize=64)
+def _columns_problem(path: str, mtime_ns: int, size: int, entry_json: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """(message id, params) when the first rows lack a column the declared layout needs, or None."""
+    entry = json.loads(entry_json)
+    try:
+        rows = _first_rows(path, size)
+    except OSError:
+        return None
+    if not rows:
+        return None
+    formatting = entry.get("formatting", "alpaca")
+    columns = entry.get("columns")
+    if columns is not None and not isinstance(columns, dict):
+        return None
+    have = _keys(rows)
+    if formatting == "alpaca":
+        if isinstance(columns, dict):
+            wanted = {attr: columns.get(attr) for attr in (*_ALPACA_DEFAULTS, *_OPTIONAL_COLUMNS, "chosen", "rejected")}
+        else:
+            wanted = {**_ALPACA_DEFAULTS}
+        if entry.get("ranking"):
+            wanted.pop("response", None)  # a pairwise row reads chosen/rejected instead
+        else:
+            wanted.pop("chosen", None), wanted.pop("rejected", None)
+    elif formatting in ("sharegpt", "openai"):
+        source = columns if isinstance(columns, dict) else _SHAREGPT_DEFAULTS
+        wanted = {attr: source.get(attr) for attr in ("messages", *_OPTIONAL_COLUMNS)}
+        if entry.get("ranking"):
+            wanted.update(chosen=source.get("chosen"), rejected=source.get("rejected"))
+    else:
+        return None
+    wanted = {attr: name for attr, name in wanted.items() if isinstance(name, str) and name}
+    missing = {attr: name for attr, name in wanted.items() if name not in have}
+    if formatting == "alpaca" and missing:
+        talks = [key for key in have if any(_looks_like_conversation(row.get(key)) for row in rows)]
+        if talks:
+            return "dataset-looks-sharegpt", _sharegpt_params(rows, talks[0], missing, have)
+    if missing:
+        return _missing_columns(formatting, wanted, missing, have)
+    if formatting in ("sharegpt", "openai"):
+        return _missing_tags(entry, rows, wanted["messages"])
+    return None
+
+
+def _sharegpt_params(rows: list[dict[str, Any]], key: str, missing: dict[str, str], have: list[str]) -> tuple[tuple[str, str], ...]:
+    parts = ['"formatting": "sharegpt"']
+    if key != _SHAREGPT_DEFAULTS["messages"]:
+        parts.append(f'"columns": {{"messages": {json.dumps(key)}}}')
+    turn_keys = _keys([turn for row in rows for turn in (row.get(key) or []) if isinstance(turn, dict)])
+    if "role" in turn_keys and "content" in turn_keys and "from" not in turn_keys:
+        parts.append('"tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}')
+    return (("missing", _names(missing.values())), ("have", _names(have)), ("snippet", ", ".join(parts)))
+
+
+def _missing_columns(formatting: str, wanted: dict[str, str], missing: dict[str, str], have: list[str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    params = (("missing", _names(missing.values())), ("have", _names(have)), ("formatting", formatting))
+    extra = [key for key in have if key not in wanted.values()]
+    guesses: dict[str, str] = {}
+    for attr in missing:
+        if len(missing) == 1 and len(extra) == 1:
+            guesses[attr] = extra[0]
+        else:
+            guesses.update({attr: key for key in extra if key.lower() in _COLUMN_SYNONYMS.get(attr, ()) and attr not in guesses})
+    if set(guesses) != set(missing) or len(set(guesses.values())) != len(guesses):
+        return "dataset-columns-missing-no-guess", params
+    # The mapping must list every column: an entry with `columns` drops the names it leaves out.
+    mapping = {**wanted, **guesses}
+    snippet = '"columns": ' + json.dumps(mapping, ensure_ascii=False)
+    renames = ", ".join(f"{_quoted(new)} -> {_quoted(wanted[attr])}" for attr, new in guesses.items())
+    return "dataset-columns-missing", (*params, ("snippet", snippet), ("renames", renames))
+
+
+def _missing_tags(entry: dict[str, Any], rows: list[dict[str, Any]], messages: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    tags = entry.get("tags") if isinstance(entry.get("tags"), dict) else {}
+    turns = [turn for row in rows if isinstance(row.get(messages), list) for turn in row[messages] if isinstance(turn, dict)]
+    if not turns:
+        return None
+    have = _keys(turns)
+    wanted = [tags.get(tag, default) for tag, default in _TAG_DEFAULTS.items()]
+    missing = [name for name in wanted if isinstance(name, str) and name not in have]
+    if not missing:
+        return None
+    snippet = '"tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}'
+    return "dataset-message-keys-missing", (("missing", _names(missing)), ("have", _names(have)), ("messages", messages), ("snippet", snippet))
 
 
 # --- precision, attention, quantization -------------------------------------------------------
