@@ -271,22 +271,32 @@ def gpu_table_markdown(snapshot: RunSnapshot, locale: str = "en") -> str:
 
 def estimate_markdown(estimate, locale: str = "en") -> str:
     """The VRAM fit estimate: breakdown, verdict and the cheapest change that fits."""
-    if estimate is None or estimate.verdict == "unknown":
+    # No parameters counted: the model's config.json could not be read. A count without a
+    # verdict is a preset with no GPU memory to compare with (the CPU demo): still shown.
+    if estimate is None or not estimate.num_params:
         return t("estimate.unknown", locale)
     gib = 1024**3
-    lines = [f"**{t('estimate.title', locale)}:** {markdown_message(estimate.summary())}"]
+    lines = [f"**{t('estimate.title', locale)}:** {markdown_message(localized(estimate.summary(), locale))}"]
+    if not estimate.vram_bytes:
+        lines.append(t("estimate.no_device_memory", locale))
     for name, size in estimate.breakdown():
-        lines.append(f"- {escape_markdown(name)}: {size / gib:.2f} GiB")
+        lines.append(f"- {escape_markdown(localized(name, locale))}: {size / gib:.2f} GiB")
     if estimate.cheapest_fix:
-        lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {markdown_message(estimate.cheapest_fix)}")
+        lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {markdown_message(localized(estimate.cheapest_fix, locale))}")
     for assumption in estimate.assumptions:
-        lines.append(f"_{markdown_message(assumption)}_")
+        lines.append(f"_{markdown_message(localized(assumption, locale))}_")
     return "\n".join(lines)
+
+
+# The doctor's verdict marks: text symbols from the Dingbats and Miscellaneous Symbols blocks
+# that common fonts have (DejaVu, WenQuanYi), not emoji (✅ ❌ drew empty boxes without an
+# emoji font). Never the emoji form (no U+FE0F).
+DOCTOR_ICONS = {"ok": "✓", "warning": "⚠", "problem": "✗"}
 
 
 def checks_markdown(checks, locale: str = "en") -> str:
     """The doctor's verdicts, one row each."""
-    icons = {"ok": "✅", "warning": "⚠️", "problem": "❌"}
+    icons = DOCTOR_ICONS
     rows = [f"| | {t('doctor.check', locale)} | {t('doctor.saw', locale)} | {t('word.fix', locale)} |", "|---|---|---|---|"]
     for check in checks:
         # A check's words are messages (backend/doctor/__init__.py): rendered in the page's language,
@@ -319,7 +329,7 @@ def doctor_blockers_markdown(checks, locale: str = "en") -> str:
     """The doctor's problems that would break a run, for beside Start, in the page's language
     (what the machine said inside them is its own text: escaped)."""
     return "\n".join(
-        f"❌ **{escape_markdown(localized(c.name, locale))}:** {markdown_message(localized(c.saw, locale))} — {markdown_message(localized(c.fix, locale))}"
+        f"{DOCTOR_ICONS['problem']} **{escape_markdown(localized(c.name, locale))}:** {markdown_message(localized(c.saw, locale))} — {markdown_message(localized(c.fix, locale))}"
         for c in checks
     )
 

@@ -482,3 +482,29 @@ def test_a_finished_run_viewed_five_times_downloads_each_time_and_switches_langu
     printed = app_server.output()[printed_before:]
     for sign in ("SameFileError", "are the same file", "too many output values", "Traceback"):
         assert sign not in printed, f"the server printed {sign!r}:\n{printed[-3000:]}"
+
+
+def test_the_language_choice_survives_a_reload_and_the_runs_table_has_its_columns(app_server, page_of) -> None:
+    page = page_of("en-US")
+    page.wait_for_function("() => document.querySelector('#start').innerText.trim() === 'Start'", timeout=UI_TIMEOUT_MS)
+    page.locator("#language label", has_text="中文").click()
+    zh_start = translate("button.start", "zh-CN")
+    page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=zh_start, timeout=UI_TIMEOUT_MS)
+    page.wait_for_timeout(500)  # the choice is written to localStorage by its own event
+    page.reload()
+    page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+    # The browser still asks for English; the page speaks the language picked before.
+    page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=zh_start, timeout=UI_TIMEOUT_MS)
+    assert page.locator("#language input[value='zh-CN']").is_checked()
+    page.get_by_role("tab", name=translate("tab.runs", "zh-CN")).click()
+    for column in ("learning_rate", "length", "dataset", "best_eval_loss"):
+        wait_for_text(page, "#runs-table", translate(f"runs.column.{column}", "zh-CN"))
+    shoot(page, "runs-zh-CN")
+    # Back to English, kept as well.
+    page.locator("#language label", has_text="English").click()
+    page.wait_for_function("() => document.querySelector('#start').innerText.trim() === 'Start'", timeout=UI_TIMEOUT_MS)
+    page.wait_for_timeout(500)
+    page.reload()
+    page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+    wait_until_idle(page)
+    assert page.locator("#start").inner_text().strip() == "Start"

@@ -434,6 +434,16 @@ def test_the_doctor_table_is_in_the_pages_language() -> None:
     assert "video 与 render 用户组" in blockers and "video and render groups" not in blockers
 
 
+def test_the_doctor_marks_are_text_symbols_common_fonts_have() -> None:
+    # Emoji (✅ ❌, or ⚠ with U+FE0F) drew empty boxes on a page without an emoji font.
+    from backend import view
+
+    checks = run_checks(rdna2_box())
+    text = view.checks_markdown(checks, "en") + view.doctor_blockers_markdown(blocking_problems(checks), "en")
+    assert "✗" in text and "✓" in text
+    assert not [c for c in text if ord(c) >= 0x1F000 or c in "\u2705\u274c\ufe0f"]
+
+
 def test_the_cli_line_in_chinese() -> None:
     from backend.doctor.cli import format_check
 

@@ -140,7 +140,7 @@ def test_less_memory_for_every_saving() -> None:
         ("Llama-3-8B", {"cutoff_len": 2048}, "rx7900xtx", "tight", ["cutoff_len to 1024"]),
         ("Llama-3-8B", {"batch_size": 4, "cutoff_len": 4096, "grad_accum": 8}, "rx7900xtx", "will not fit", ["batch size 1 and gradient accumulation 32", "cutoff_len to 1024"]),
         ("Llama-3-8B", {"gradient_checkpointing": False, "cutoff_len": 2048}, "rx7900xt", "will not fit", ["QLoRA"]),
-        ("Llama-3-70B", {"finetuning_type": "full"}, "mi300x", "will not fit", ["Switch to LoRA"]),
+        ("Llama-3-70B", {"finetuning_type": "full"}, "mi300x", "will not fit", ["switch to LoRA"]),
         ("Llama-3-70B", {}, "rx7900xtx", "will not fit", ["does not fit", "smaller model"]),
         ("Llama-3-8B", {}, "rx6900xt", "will not fit", ["does not fit"]),
     ],
@@ -158,7 +158,11 @@ def test_verdict_and_cheapest_fix(model: str, form: dict[str, Any], preset: str,
 def test_the_cheapest_fix_does_fit() -> None:
     preset = PRESETS["rx7900xtx"]
     before = estimate_memory(config_for(batch_size=4, cutoff_len=4096, grad_accum=8), preset, model_config=KNOWN["Llama-3-8B"])
-    assert before.cheapest_fix.startswith("Set batch size 1")
+    assert before.cheapest_fix.startswith("set batch size 1")  # shown after "Cheapest change that fits:"
+    from backend import view
+
+    chinese = view.estimate_markdown(before, "zh-CN")
+    assert "批大小设为 1" in chinese and "放不下" in chinese and "set batch" not in chinese
     after = estimate_memory(config_for(batch_size=1, cutoff_len=1024, grad_accum=32), preset, model_config=KNOWN["Llama-3-8B"])
     assert after.verdict in ("fits", "tight")
 
@@ -242,3 +246,16 @@ def test_a_cpu_run_counts_no_accelerator_runtime() -> None:
     on_cpu = estimate_memory(config_for(precision="fp32"), PRESETS["cpu-demo"], model_config=demo)
     on_gpu = estimate_memory(config_for(precision="fp32"), PRESETS["rx7900xtx"], model_config=demo)
     assert on_gpu.overhead_bytes - on_cpu.overhead_bytes == GIB
+
+
+def test_the_cpu_demo_gets_an_estimate_not_a_config_json_error(demo_assets, tmp_path) -> None:
+    # The CPU demo has no GPU memory to compare with: its model was read all the same, so the
+    # page shows the figures and says what they mean, in the page's language.
+    from backend import view
+    from backend.service import RocBoard, demo_form
+
+    estimate = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports").estimate(demo_form())
+    assert estimate.num_params > 0 and estimate.vram_bytes is None
+    for locale, words in (("en", "no GPU memory to compare with"), ("zh-CN", "没有可比较的显存")):
+        shown = view.estimate_markdown(estimate, locale)
+        assert words in shown and "config.json" not in shown

@@ -187,3 +187,42 @@ def test_overlay_of_a_resumed_run_draws_each_step_once(store):
     assert line["y"][28] < line["y"][9] and line["y"][28] < 2.0
 
 
+
+
+def test_table_shows_learning_rate_length_dataset_and_best_eval_loss(store):
+    log = log_text([1, 2, 3, 4], 4, final=False)
+    log += json.dumps({"current_steps": 2, "total_steps": 4, "eval_loss": 2.5, "epoch": 0.5}) + "\n"
+    log += json.dumps({"current_steps": 4, "total_steps": 4, "eval_loss": 2.25, "epoch": 1.0}) + "\n"
+    run_id = add_run(store, "tuned", "finished", log, started_at=0.0, ended_at=10.0)
+    run_dir = store.run_dir(run_id)
+    (run_dir / "config.yaml").write_text("learning_rate: 2.0e-05\nnum_train_epochs: 3.0\nmax_steps: 0\ndataset: alpaca_en,my_data\n")
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    assert row["Learning rate"] == "2e-05" and row["Epochs / max steps"] == "3 epochs"
+    assert row["Dataset"] == "alpaca_en,my_data" and row["Best eval loss"] == "2.2500"
+    assert dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store), "zh-CN")[0]))["Epochs / max steps"] == "3 轮"
+
+    # max_steps > 0 overrides the epochs; an eval loss appended later is found (the log grew).
+    (run_dir / "config.yaml").write_text("learning_rate: 0.0001\nnum_train_epochs: 3.0\nmax_steps: 200\ndataset: demo\n")
+    with open(run_dir / OUTPUT_DIR / TRAINER_LOG, "a") as handle:
+        handle.write(json.dumps({"current_steps": 5, "total_steps": 4, "eval_loss": 1.5}) + "\n")
+        handle.write('{"current_steps": 6, "eval_loss": 0.1')  # still being written: not read yet
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    assert row["Learning rate"] == "0.0001" and row["Epochs / max steps"] == "200 steps" and row["Dataset"] == "demo"
+    assert row["Best eval loss"] == "1.5000"
+
+
+def test_settings_fall_back_to_the_form_and_a_run_without_eval_has_no_best(store):
+    run_id = add_run(store, "old", "finished", log_text([1, 2], 2), started_at=0.0, ended_at=1.0)
+    run_dir = store.run_dir(run_id)
+    (run_dir / "config.yaml").write_text("- not a mapping\n")
+    (run_dir / "form.json").write_text(json.dumps({"learning_rate": 0.001, "num_train_epochs": 1, "max_steps": 0, "dataset": "demo_data"}))
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    assert (row["Learning rate"], row["Epochs / max steps"], row["Dataset"], row["Best eval loss"]) == ("0.001", "1 epochs", "demo_data", "")
+
+
+def test_history_headers_are_translated_in_both_locales():
+    from backend.runs.history import HISTORY_COLUMNS, history_headers
+
+    assert history_headers("en") == list(HISTORY_HEADERS) and len(HISTORY_COLUMNS) == len(HISTORY_HEADERS)
+    zh = history_headers("zh-CN")
+    assert "学习率" in zh and "数据集" in zh and len(set(zh)) == len(zh)

@@ -33,6 +33,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 # Keys whose text is the same in every language: names, file names, a pass-through.
 SAME_IN_EVERY_LANGUAGE = {
     "app.title",
+    "estimate.fix.sentence",  # only punctuation around the changes, each of which is translated
     # the doctor's checks named by the tool or variable they check, and lines of bare values
     "doctor.name.visible_devices",
     "doctor.name.bf16",

@@ -9,7 +9,7 @@ from backend.i18n import pick_locale
 from backend.service import RocBoard
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
-from ui.runs_tab import build_runs_tab
+from ui.runs_tab import RUNS_CSS, build_runs_tab
 from ui.train_tab import build_train_tab
 from ui.widgets import Texts
 
@@ -18,11 +18,15 @@ TRAIN_TAB_ID = "train"
 
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
-    with gr.Blocks(title="RocBoard", css=view.PROGRESS_CSS, theme=gr.themes.Default(primary_hue="red")) as page:
+    with gr.Blocks(title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS, theme=gr.themes.Default(primary_hue="red")) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
             language = gr.Radio([("English", "en"), ("中文", "zh-CN")], value="en", show_label=False, container=False, elem_id="language", scale=0, min_width=200)
         locale_state = gr.State("en")
+        # The language the user picked, kept in this browser's localStorage so that a reload
+        # (or a new tab) speaks it; none picked yet: the browser's Accept-Language. A fixed key
+        # and secret: the choice survives a restart of the app (it is no secret).
+        saved_locale = gr.BrowserState(None, storage_key="rocboard-locale", secret="rocboard-locale")
         with gr.Tabs() as tabs:
             with texts.label(gr.Tab(texts("tab.train"), id=TRAIN_TAB_ID, elem_id="tab-train"), "tab.train"):
                 train = build_train_tab(board, texts, locale_state)
@@ -49,10 +53,13 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         # The runs table and the strategy labels are data, not static labels: redrawn too.
         language.change(refresh_runs, language, runs_outputs, show_progress="hidden")
         language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
+        # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
+        language.input(lambda locale: locale, language, saved_locale, show_progress="hidden")
 
-        def on_load(preset_id: str, request: gr.Request):
-            """A new tab: the browser's language, and the active (or latest) run with its full charts."""
-            locale = pick_locale(request.headers.get("accept-language") if request else None, None)
+        def on_load(preset_id: str, saved: object, request: gr.Request):
+            """A new tab: the language picked before in this browser, else the browser's, and
+            the active (or latest) run with its full charts."""
+            locale = pick_locale(request.headers.get("accept-language") if request else None, saved if isinstance(saved, str) else None)
             run = board.run_to_show()
             run_id = run.id if run else None
             return [
@@ -67,7 +74,7 @@ def build_ui(board: RocBoard) -> gr.Blocks:
 
         page.load(
             on_load,
-            train.fields["preset"],
+            [train.fields["preset"], saved_locale],
             [locale_state, language, train.watched_run, *texts.widgets, train.preset_notes, strategy, *train.run_outputs],
             show_progress="hidden",
         )

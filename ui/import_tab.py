@@ -36,7 +36,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fiel
 
     def findings_text(result, locale: str) -> str:
         if not result.findings:
-            return "✅ " + translate("import.clean", locale) if result.args else ""
+            return "✓ " + translate("import.clean", locale) if result.args else ""
         return view.findings_markdown(result.findings, locale)
 
     def on_upload(path: str | None, preset_id: str, locale: str):

@@ -8,9 +8,15 @@ import gradio as gr
 
 from backend import view
 from backend.i18n import translate
+from backend.runs.history import HISTORY_COLUMNS
 from backend.service import RocBoard
 from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
+
+
+# The state column never wraps ("finishe d"), nor do the numbers; the table scrolls sideways.
+_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("state", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "duration", "started")]
+RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2] + " { white-space: nowrap !important; overflow-wrap: normal !important; word-break: normal !important; }\n"
 
 
 def runs_table(board: RocBoard, locale: str) -> Any:

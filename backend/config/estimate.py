@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from backend.i18n import Joined, Message
 from backend.config import RunConfig
 from backend.config.presets import HardwarePreset
 
@@ -237,19 +238,18 @@ class MemoryEstimate:
 
     def breakdown(self) -> list[tuple[str, int]]:
         return [
-            ("weights", self.weights_bytes),
-            ("trainable params + gradients + optimizer state", self.trainable_bytes),
-            ("activations", self.activations_bytes),
-            ("overhead", self.overhead_bytes),
+            (Message("estimate.part.weights"), self.weights_bytes),
+            (Message("estimate.part.trainable"), self.trainable_bytes),
+            (Message("estimate.part.activations"), self.activations_bytes),
+            (Message("estimate.part.overhead"), self.overhead_bytes),
         ]
 
     def summary(self) -> str:
-        """One line: total, share of the device, verdict."""
-        total = f"{self.total_bytes / GIB:.1f} GiB"
+        """One line: total, share of the device, verdict (a Message: English as a str)."""
+        total = f"{self.total_bytes / GIB:.1f}"
         if self.vram_bytes:
-            return f"about {total} of {self.vram_bytes / GIB:.0f} GiB per device: {self.verdict}"
-        return f"about {total} per device"
-
+            return Message("estimate.summary_device", total=total, vram=f"{self.vram_bytes / GIB:.0f}", verdict=Message(f"estimate.verdict.{self.verdict.replace(' ', '_')}"))
+        return Message("estimate.summary", total=total)
 
 @dataclass(frozen=True)
 class _Knobs:
@@ -361,7 +361,7 @@ def estimate_memory(
     verdict = _verdict(total, vram_bytes)
     fix = "" if verdict in ("fits", "unknown") else _cheapest_fix(shape, knobs, params, vram_bytes, preset, config)
     if knobs.quantization_bit and knobs.finetuning_type != "lora":
-        assumptions += ("quantization only applies to LoRA; counted without it",)
+        assumptions += (Message("estimate.assume.quantization_lora_only"),)
     return MemoryEstimate(
         weights_bytes=weights,
         trainable_bytes=trainable,
@@ -391,13 +391,13 @@ def _find_shape(config: RunConfig, model_config: dict | None, num_params: int | 
     known = known_model_config(path)
     if known is not None:
         display, known_config = known
-        return shape_from_config(known_config, name=display), (f"shape of {display} from the list of known models",)
+        return shape_from_config(known_config, name=display), (Message("estimate.assume.known_model", model=display),)
     if num_params:
         # Only a count: borrow the shape of the known model nearest in size for the activations.
         shapes = [shape_from_config(c, name=d) for d, _, c in KNOWN_MODELS]
         nearest = min((s for s in shapes if s is not None and s.num_experts == 1), key=lambda s: abs(math.log(s.num_params / num_params)))
-        return replace(nearest, name=f"{num_params / 1e9:.1f}B (shaped like {nearest.name})"), (f"activations as for {nearest.name}",)
-    return None, ("model size unknown: no config.json and not a known model",)
+        return replace(nearest, name=f"{num_params / 1e9:.1f}B (shaped like {nearest.name})"), (Message("estimate.assume.shaped_like", model=nearest.name),)
+    return None, (Message("estimate.assume.unknown_model"),)
 
 
 # What each change costs the user, for picking the cheapest fix: gradient checkpointing and
@@ -418,29 +418,29 @@ def _cheapest_fix(shape: ModelShape, knobs: _Knobs, params: int, vram_bytes: int
     """The cheapest combination of changes (by the costs above) after which the run fits."""
     assert vram_bytes
     budget = FITS_SHARE * vram_bytes
-    Option = tuple[dict[str, Any], int, str]
+    Option = tuple[dict[str, Any], int, str]  # the text is a Message (a str: English as is)
     none: Option = ({}, 0, "")
     dimensions: list[list[Option]] = [[none], [none], [none], [none], [none], [none]]
     if not knobs.gradient_checkpointing:
-        dimensions[0].append(({"gradient_checkpointing": True}, COST_CHECKPOINTING, "turn on gradient checkpointing (about 30% slower, same result)"))
+        dimensions[0].append(({"gradient_checkpointing": True}, COST_CHECKPOINTING, Message("estimate.fix.checkpointing")))
     if knobs.flash_attn == "disabled":
-        dimensions[1].append(({"flash_attn": "sdpa"}, COST_SDPA, "set flash_attn to sdpa (eager attention keeps a cutoff x cutoff matrix per head)"))
+        dimensions[1].append(({"flash_attn": "sdpa"}, COST_SDPA, Message("estimate.fix.sdpa")))
     if knobs.batch_size > 1:
         accumulation = config.training.gradient_accumulation_steps * knobs.batch_size
-        dimensions[2].append(({"batch_size": 1}, COST_BATCH_ONE, f"set batch size 1 and gradient accumulation {accumulation} (same effective batch)"))
+        dimensions[2].append(({"batch_size": 1}, COST_BATCH_ONE, Message("estimate.fix.batch_one", accumulation=accumulation)))
     cutoff, halvings = knobs.cutoff_len // 2, 1
     while cutoff >= CUTOFF_FLOOR:
-        dimensions[3].append(({"cutoff_len": cutoff}, COST_CUTOFF_HALVING * halvings, f"shorten cutoff_len to {cutoff} (longer examples are truncated)"))
+        dimensions[3].append(({"cutoff_len": cutoff}, COST_CUTOFF_HALVING * halvings, Message("estimate.fix.cutoff", cutoff=cutoff)))
         cutoff, halvings = cutoff // 2, halvings + 1
     if knobs.finetuning_type != "lora":
-        dimensions[4].append(({"finetuning_type": "lora", "quantization_bit": None}, COST_LORA, "switch to LoRA (trains adapters instead of the whole model)"))
+        dimensions[4].append(({"finetuning_type": "lora", "quantization_bit": None}, COST_LORA, Message("estimate.fix.lora")))
     offered = preset.qlora_bits if preset is not None else (8, 4)
     for bits in (8, 4):
         if bits in offered and (knobs.quantization_bit or 16) > bits:
-            dimensions[4].append(({"finetuning_type": "lora", "quantization_bit": bits}, COST_QLORA[bits], f"use QLoRA with {bits}-bit quantization"))
+            dimensions[4].append(({"finetuning_type": "lora", "quantization_bit": bits}, COST_QLORA[bits], Message("estimate.fix.qlora", bits=bits)))
     per_node = preset.devices_per_node if preset is not None else 1
     if per_node > 1:
-        dimensions[5].append(({"devices": per_node}, COST_ZERO3, f"shard the model over {per_node} GPUs with DeepSpeed ZeRO-3"))
+        dimensions[5].append(({"devices": per_node}, COST_ZERO3, Message("estimate.fix.zero3", gpus=per_node)))
 
     best: tuple[int, int, list[str]] | None = None
     for combination in itertools.product(*dimensions):
@@ -454,10 +454,11 @@ def _cheapest_fix(shape: ModelShape, knobs: _Knobs, params: int, vram_bytes: int
         if sum(_bytes(shape, replace(knobs, **changes), params)[:4]) <= budget:
             best = (cost, len(words), words)
     if best is None:
-        where = preset.display_name if preset is not None else "this device"
-        return f"Even with every saving this model does not fit {where}: pick a smaller model or a larger GPU."
-    sentence = "; ".join(best[2])
-    return sentence[0].upper() + sentence[1:] + "."
+        if preset is not None:
+            return Message("estimate.fix.none_fits", where=preset.display_name)
+        return Message("estimate.fix.none_fits_here")
+    # Shown after "Cheapest change that fits:", so it starts in lower case.
+    return Message("estimate.fix.sentence", changes=Joined(best[2], "; "))
 
 
 __all__ = [

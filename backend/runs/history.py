@@ -44,9 +44,15 @@ from backend.runs import (
     RunStore,
 )
 
-HISTORY_HEADERS: tuple[str, ...] = ("Run", "Name", "Preset", "Model", "State", "Steps", "Last loss", "Duration", "Started")
+HISTORY_HEADERS: tuple[str, ...] = (
+    "Run", "Name", "Preset", "Model", "Dataset", "Learning rate", "Epochs / max steps",
+    "State", "Steps", "Last loss", "Best eval loss", "Duration", "Started",
+)  # fmt: skip
 # The message id of each column header (runs.column.*), in HISTORY_HEADERS' order.
-HISTORY_COLUMNS: tuple[str, ...] = ("run", "name", "preset", "model", "state", "steps", "last_loss", "duration", "started")
+HISTORY_COLUMNS: tuple[str, ...] = (
+    "run", "name", "preset", "model", "dataset", "learning_rate", "length",
+    "state", "steps", "last_loss", "best_eval_loss", "duration", "started",
+)  # fmt: skip
 
 
 def history_headers(locale: str = "en") -> list[str]:
@@ -93,6 +99,22 @@ class RunSummary:
     attempts: int
     exit_code: int | None
     stop_reason: str
+    # What the run was started with (config.yaml, else form.json); None where unknown.
+    learning_rate: float | None = None
+    epochs: float | None = None
+    max_steps: int | None = None  # > 0 overrides epochs
+    dataset: str = ""
+    best_eval_loss: float | None = None  # the lowest eval_loss the trainer logged
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings a run is compared on, from its config.yaml (else its form.json)."""
+
+    learning_rate: float | None = None
+    epochs: float | None = None
+    max_steps: int | None = None
+    dataset: str = ""
 
 
 # --- reading the end of a log, cached -------------------------------------------------
@@ -101,6 +123,9 @@ _cache_lock = threading.Lock()
 _tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
 _curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
 _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
+_settings_cache: dict[Path, tuple[tuple[tuple[int, int] | None, ...], RunSettings]] = {}
+# path -> (bytes scanned so far, lowest eval_loss in them): a growing log is scanned once.
+_eval_cache: dict[Path, tuple[int, float | None]] = {}
 
 
 def _in_run(path: Path, run_dir: Path | None) -> tuple[Path, Path]:
@@ -225,6 +250,108 @@ def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
     return span
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _settings_from(data: Any) -> RunSettings | None:
+    if not isinstance(data, dict):
+        return None
+    # config.yaml has LLaMA-Factory's flat keys; form.json has the form's, which are the same names.
+    dataset = data.get("dataset", "")
+    if isinstance(dataset, (list, tuple)):
+        dataset = ",".join(str(part) for part in dataset)
+    max_steps = _number(data.get("max_steps"))
+    return RunSettings(
+        learning_rate=_number(data.get("learning_rate")),
+        epochs=_number(data.get("num_train_epochs")),
+        max_steps=int(max_steps) if max_steps is not None else None,
+        dataset=str(dataset).strip() if isinstance(dataset, (str, int, float)) else "",
+    )
+
+
+def read_settings(run_dir: Path) -> RunSettings:
+    """A run's learning rate, length and dataset: from config.yaml (what the trainer read),
+    filled in from form.json; each read bounded (SMALL_FILE_MAX_BYTES) and without following
+    links, and cached while both files keep their size and mtime."""
+    import yaml
+
+    from backend.runs import CONFIG_FILE, FORM_FILE
+
+    files = (CONFIG_FILE, FORM_FILE)
+    key = tuple(_file_key(run_dir / name, run_dir) for name in files)
+    with _cache_lock:
+        cached = _settings_cache.get(run_dir)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found: list[RunSettings] = []
+    for name, file_key, parse in zip(files, key, (yaml.safe_load, json.loads)):
+        if file_key is None:
+            continue
+        try:
+            settings = _settings_from(parse(safe_files.read_text(run_dir, name, SMALL_FILE_MAX_BYTES)))
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if settings is not None:
+            found.append(settings)
+    merged = RunSettings()
+    for settings in reversed(found):  # config.yaml's values win
+        merged = RunSettings(
+            learning_rate=settings.learning_rate if settings.learning_rate is not None else merged.learning_rate,
+            epochs=settings.epochs if settings.epochs is not None else merged.epochs,
+            max_steps=settings.max_steps if settings.max_steps is not None else merged.max_steps,
+            dataset=settings.dataset or merged.dataset,
+        )
+    with _cache_lock:
+        _settings_cache[run_dir] = (key, merged)
+    return merged
+
+
+def read_best_eval_loss(path: Path, run_dir: Path | None = None) -> float | None:
+    """The lowest `eval_loss` in a trainer log. Each byte is scanned once (a growing log is
+    read from where the last scan stopped), at most CURVE_READ_BYTES a call: a log that grew
+    by more since is scanned over its last CURVE_READ_BYTES only."""
+    key = _file_key(path, run_dir)
+    if key is None:
+        return None
+    size = key[0]
+    with _cache_lock:
+        offset, best = _eval_cache.get(path, (0, None))
+    if offset > size:  # rewritten, not appended to
+        offset, best = 0, None
+    if offset == size:
+        return best
+    start = max(offset, size - CURVE_READ_BYTES)
+    try:
+        with safe_files.opened(*_in_run(path, run_dir)) as handle:
+            data = _read_window(handle, start, size - start)
+    except OSError:
+        return best
+    end = data.rfind(b"\n") + 1  # whole lines only: one being written is read next time
+    lines = data[:end].split(b"\n")
+    if start > offset:
+        lines = lines[1:]  # cut by the window
+    for line in lines:
+        if b"eval_loss" not in line or len(line) > MAX_LINE_BYTES:
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        loss = _number(record.get("eval_loss")) if isinstance(record, dict) else None
+        if loss is not None and (best is None or loss < best):
+            best = loss
+    with _cache_lock:
+        _eval_cache[path] = (start + end, best)
+    return best
+
+
 def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
     """Training time over all attempts. A span is counted once: a resume that failed to
     launch archives the same attempt twice (attempts/2 and attempts/2-2)."""
@@ -247,8 +374,8 @@ def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
 def _prune(root: Path, live_dirs: set[Path]) -> None:
     """Forgets cached reads of this runs directory's runs that are no longer on disk."""
     with _cache_lock:
-        for cache in (_tail_cache, _curve_cache, _attempt_cache):
-            gone = [p for p in cache if root in p.parents and not any(parent in live_dirs for parent in p.parents)]
+        for cache in (_tail_cache, _curve_cache, _attempt_cache, _eval_cache, _settings_cache):
+            gone = [p for p in cache if root in p.parents and p not in live_dirs and not any(parent in live_dirs for parent in p.parents)]
             for path in gone:
                 del cache[path]
 
@@ -271,6 +398,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
             continue  # deleted between the listing and now
         live.add(run_dir)
         tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir)
+        settings = read_settings(run_dir)
         summaries.append(
             RunSummary(
                 id=state.id,
@@ -286,6 +414,11 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 attempts=state.attempts,
                 exit_code=state.exit_code,
                 stop_reason=state.stop_reason,
+                learning_rate=settings.learning_rate,
+                epochs=settings.epochs,
+                max_steps=settings.max_steps,
+                dataset=settings.dataset,
+                best_eval_loss=read_best_eval_loss(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir),
             )
         )
     _prune(store.root, live)
@@ -321,6 +454,19 @@ def format_loss(loss: float | None) -> str:
     return f"{loss:.4f}"
 
 
+def format_length(epochs: float | None, max_steps: int | None, locale: str = "en") -> str:
+    """"3 epochs" or, where max_steps > 0 overrides them, "200 steps" (max)."""
+    if max_steps is not None and max_steps > 0:
+        return translate("runs.length_steps", locale, steps=max_steps)
+    if epochs is None:
+        return ""
+    return translate("runs.length_epochs", locale, epochs=f"{epochs:g}")
+
+
+def format_rate(rate: float | None) -> str:
+    return "" if rate is None else f"{rate:g}"
+
+
 def format_started(created: str) -> str:
     """The creation time in the server's local time, to the minute."""
     try:
@@ -338,7 +484,23 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
         state = translate(f"state.{s.state}", locale) if f"state.{s.state}" in CATALOGUE[DEFAULT_LOCALE] else s.state
         if s.attempts > 1:
             state = translate("runs.state_attempt", locale, state=state, attempts=s.attempts)
-        rows.append([s.id, s.name, s.preset, short_model(s.model), state, steps, format_loss(s.last_loss), format_duration(s.duration_s), format_started(s.created)])
+        rows.append(
+            [
+                s.id,
+                s.name,
+                s.preset,
+                short_model(s.model),
+                s.dataset,
+                format_rate(s.learning_rate),
+                format_length(s.epochs, s.max_steps, locale),
+                state,
+                steps,
+                format_loss(s.last_loss),
+                format_loss(s.best_eval_loss),
+                format_duration(s.duration_s),
+                format_started(s.created),
+            ]
+        )
     return rows
 
 
@@ -397,12 +559,16 @@ __all__ = [
     "HISTORY_COLUMNS",
     "HISTORY_HEADERS",
     "LogTail",
+    "RunSettings",
     "RunSummary",
     "format_duration",
+    "format_length",
     "history_headers",
     "overlay_figure",
+    "read_best_eval_loss",
     "read_curve",
     "read_log_tail",
+    "read_settings",
     "short_model",
     "summaries_table",
     "summarize_runs",
