@@ -19,6 +19,11 @@ _NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("state", "learning_r
 RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2] + " { white-space: nowrap !important; overflow-wrap: normal !important; word-break: normal !important; }\n"
 
 
+# Room for each column's longest usual value (a run id, "finished", "100 / 100", a start
+# time): Gradio otherwise gives every column the same share and cuts what overflows.
+RUNS_COLUMN_WIDTHS = ["145px", "75px", "85px", "105px", "75px", "70px", "100px", "88px", "105px", "75px", "75px", "65px", "150px"]
+
+
 def runs_table(board: RocBoard, locale: str) -> Any:
     """The runs as a table whose headers are in the page's language (a DataFrame carries its
     headers, so one update redraws both)."""
@@ -30,7 +35,7 @@ def runs_table(board: RocBoard, locale: str) -> Any:
 def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> tuple[Any, list[Any]]:
     """Builds the tab; returns its refresh function and the components it updates."""
     refresh_button = texts.value(gr.Button(texts("button.refresh"), elem_id="runs-refresh"), "button.refresh")
-    table = gr.Dataframe(value=runs_table(board, "en"), interactive=False, elem_id="runs-table", wrap=True)
+    table = gr.Dataframe(value=runs_table(board, "en"), interactive=False, elem_id="runs-table", wrap=True, column_widths=RUNS_COLUMN_WIDTHS)
     chosen = texts.label(gr.Dropdown(choices=board.run_ids(), multiselect=True, label=texts("label.runs_chosen"), elem_id="runs-chosen"), "label.runs_chosen")
     with gr.Row():
         open_button = texts.value(gr.Button(texts("button.open_run"), elem_id="runs-open"), "button.open_run")
