@@ -32,7 +32,7 @@ from typing import Any, Literal, Mapping
 
 from backend.config import schema
 from backend.security.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
-from backend.security.child_env import _NAME as _ENV_NAME  # the one shell-name rule
+from backend.security.child_env import ENV_NAME as _ENV_NAME  # the one shell-name rule
 from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, too_many_finding
 from backend.findings import Finding
 from backend.config.presets import HardwarePreset

@@ -11,7 +11,7 @@ import re
 import shlex
 from pathlib import Path
 
-from backend.security.child_env import _NAME as ENV_NAME  # the one shell-name rule
+from backend.security.child_env import ENV_NAME  # the one shell-name rule
 from backend.config import RunConfig, to_yaml
 from backend.config.presets import HardwarePreset
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from backend.security.child_env import _NAME as ENV_NAME, refused_settings  # the one shell-name rule
+from backend.security.child_env import ENV_NAME, refused_settings  # the one shell-name rule
 from backend.config.schema import FLASH_ATTN_CHOICES, PRECISIONS, form_defaults
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"

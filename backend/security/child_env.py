@@ -80,7 +80,7 @@ MAX_NAME_LENGTH = 128
 # keeps a pasted blob out of every node's command line and the Slurm script.
 MAX_VALUE_LENGTH = 512
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # --- what a child inherits ---------------------------------------------------------------------
 
@@ -205,7 +205,7 @@ def is_secret_name(name: str) -> bool:
 
 def name_refusal(name: str) -> Refusal | None:
     """Why a user may not set a variable called `name`, or None when they may."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not ENV_NAME.match(name):
         return Refusal("bad-env-name", {"name": repr(name)})
     if len(name) > MAX_NAME_LENGTH:
         return Refusal("env-name-too-long", {"limit": MAX_NAME_LENGTH})
