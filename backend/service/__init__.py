@@ -237,16 +237,11 @@ class RocBoard:
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run, read from its train.log; empty when unknown."""
         from backend.diagnose import summarize_failure
-        from backend.i18n import translate
 
         state = self.store.read(run_id)
         text = log_tail(self.store.run_dir(run_id), lines=400, max_bytes=400_000)
         top = summarize_failure(text, state.exit_code).diagnosis
-        if top is None:
-            return "", ""
-        cause_key, fix_key = f"diagnose.{top.rule}.cause", f"diagnose.{top.rule}.fix"
-        cause, fix = translate(cause_key, locale), translate(fix_key, locale)
-        return (top.cause if cause == cause_key else cause, top.fix if fix == fix_key else fix)
+        return top.text(locale) if top is not None else ("", "")
 
     def adapter_download(self, run_id: str) -> Path:
         """A servable copy of the run's adapter.zip (in the app's temp export dir).
@@ -270,15 +265,12 @@ class RocBoard:
                     return target
             except OSError:
                 pass
-            fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target_dir)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    shutil.copyfileobj(source, out, 1024 * 1024)
-                os.utime(partial, ns=(found.st_atime_ns, found.st_mtime_ns))
-                os.replace(partial, target)
-            except BaseException:
-                Path(partial).unlink(missing_ok=True)
-                raise
+            with safe_files.atomic_writer(target_dir, target.name) as out:
+                shutil.copyfileobj(source, out, 1024 * 1024)
+                out.flush()
+                # The archive's mtime on the copy (set before the rename) tells the next view
+                # that this copy is of the same archive.
+                os.utime(out.fileno(), ns=(found.st_atime_ns, found.st_mtime_ns))
         return target
 
     # --- the doctor ---------------------------------------------------------------------
