@@ -5,7 +5,9 @@
 
 Prints one line per finding (severity, key, problem, fix). With --fix, writes the file with
 every mechanical fix applied to FILE.fixed.yaml (or --output) and then reports what is left;
-the input file is never overwritten. Exit status: 0 when no problem is left (warnings
+the input file is never overwritten. The fixed file is the one the page's "Apply fixes" gives
+(the same function: backend/config/yaml_import.py fix_yaml_text), comments kept where the
+fixes could be written line by line. Exit status: 0 when no problem is left (warnings
 allowed), 1 when there is one, 2 when the file cannot be read or the arguments are wrong.
 """
 
@@ -19,7 +21,7 @@ from typing import TextIO
 from backend.findings import Finding, has_problems
 from backend.llama_factory.check import check_many_with_llamafactory, merge_findings
 from backend.config.presets import PRESETS_DIR, load_presets
-from backend.config.yaml_import import apply_fixes, dump_yaml, import_yaml
+from backend.config.yaml_import import fix_yaml_text, import_yaml
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -59,8 +61,11 @@ def main(argv: list[str], out: TextIO | None = None) -> int:
         out.write(f"error: cannot read {options.file}: {error}\n")
         return EXIT_USAGE
 
-    result = import_yaml(text, preset, offline=not options.online)
-    fixed_args = apply_fixes(result.args, result.findings) if options.fix and result.args else None
+    offline = not options.online
+    # --fix writes what the page's "Apply fixes" shows: the same function, the same file.
+    fix = fix_yaml_text(text, preset, offline=offline) if options.fix else None
+    result = fix.original if fix is not None else import_yaml(text, preset, offline=offline)
+    fixed_args = fix.result.args if fix is not None and result.args else None
     theirs: list[list[Finding]] = [[], []]
     if not options.no_llamafactory and result.args:
         configs = [result.args] + ([fixed_args] if fixed_args is not None else [])
@@ -69,22 +74,22 @@ def main(argv: list[str], out: TextIO | None = None) -> int:
     findings = merge_findings(result.findings, theirs[0])
     out.write(f"{options.file}: {_count(findings)}\n")
     _print(findings, out)
-    if fixed_args is None:
+    if fix is None or fixed_args is None:
         return EXIT_PROBLEMS if has_problems(findings) else EXIT_CLEAN
 
     target = options.output or options.file.with_name(options.file.stem + ".fixed.yaml")
     if target.resolve() == options.file.resolve():
         out.write("error: --output is the input file; RocBoard never overwrites it. Pick another name.\n")
         return EXIT_USAGE
-    fixed_text = dump_yaml(fixed_args)
     try:
-        target.write_text(fixed_text, encoding="utf-8")
+        target.write_text(fix.text, encoding="utf-8", newline="")
     except OSError as error:
         out.write(f"error: cannot write {target}: {error}\n")
         return EXIT_USAGE
-    applied = sum(1 for f in result.findings if f.patch)
-    remaining = merge_findings(import_yaml(fixed_text, preset, offline=not options.online).findings, theirs[1])
-    out.write(f"wrote {target} with {applied} fix{'es' if applied != 1 else ''} applied; left: {_count(remaining)}\n")
+    applied = fix.count
+    remaining = merge_findings(fix.result.findings, theirs[1])
+    kept = "" if fix.comments_kept else " (rewritten whole: its comments were not kept)"
+    out.write(f"wrote {target} with {applied} fix{'es' if applied != 1 else ''} applied{kept}; left: {_count(remaining)}\n")
     _print(remaining, out)
     return EXIT_PROBLEMS if has_problems(remaining) else EXIT_CLEAN
 

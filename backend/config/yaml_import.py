@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -565,6 +565,56 @@ def _form_only_choice(finding: Finding, values: dict[str, Any]) -> Finding:
     return finding
 
 
+# --- into the form ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormLoad:
+    """What "Load into the form" does to every field of the page, field by field.
+
+    A YAML is a whole training config: a run field it does not set takes the preset's
+    default (what the YAML would train with), never the old form's value. Fields that are
+    not LLaMA-Factory keys (the preset, the multi-GPU plan) stay as the form has them."""
+
+    values: dict[str, Any]  # every page field's value after the load (kept ones: the form's own)
+    set_fields: tuple[str, ...]  # run fields whose value came from the YAML
+    reset_fields: tuple[str, ...]  # run fields the YAML does not set (or sets to a refused value): defaults
+    kept_fields: tuple[str, ...]  # page fields that are no LLaMA-Factory key: left as they were
+    findings: list[Finding]  # the import's findings
+
+    @property
+    def loaded(self) -> bool:
+        """False when the YAML could not be read: nothing on the form changes."""
+        return bool(self.set_fields)
+
+
+def form_load(result: ImportResult, defaults: Mapping[str, Any], current: Mapping[str, Any]) -> FormLoad:
+    """The form after loading an imported YAML over `current`: the YAML's values, `defaults`
+    (the preset's form values over the schema's) for the run fields it does not set, and
+    `current` for the fields that are not LLaMA-Factory keys. An unreadable YAML changes nothing."""
+    fields = schema.page_fields()
+    base = {**schema.form_defaults(), **schema.plan_form_defaults()}
+    values: dict[str, Any] = {}
+    set_fields: list[str] = []
+    reset_fields: list[str] = []
+    kept_fields: list[str] = []
+    for page_field in fields:
+        name = page_field.name
+        if page_field.yaml is None or not result.args:
+            kept_fields.append(name)
+            values[name] = current.get(name, base.get(name, page_field.default))
+        elif name in result.form_values:
+            set_fields.append(name)
+            values[name] = result.form_values[name]
+        else:
+            reset_fields.append(name)
+            values[name] = defaults.get(name, base.get(name, page_field.default))
+    # No max_steps in a LLaMA-Factory YAML means "train num_train_epochs": the form's 0.
+    if "max_steps" in reset_fields:
+        values["max_steps"] = 0
+    return FormLoad(values, tuple(set_fields), tuple(reset_fields), tuple(kept_fields), list(result.findings))
+
+
 def apply_fixes(args: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
     """`args` with every finding's patch applied, in order (None removes a key)."""
     result = dict(args)
@@ -595,15 +645,290 @@ def dump_yaml(args: dict[str, Any]) -> str:
     return yaml.safe_dump(json.loads(json.dumps(args, default=str)), sort_keys=False, allow_unicode=True)
 
 
+# --- fixing the text: the page's "Apply fixes" and `app.py check --fix` -------------------
+#
+# One function for both, so the same file gives the same fixed file everywhere. The fixes
+# are written into the text itself, line by line, so that the file's comments, blank lines
+# and order survive; whatever the line patcher cannot vouch for is rewritten whole by
+# `dump_yaml` (comments lost, and the result says so).
+
+FIX_ROUNDS = 4  # one fix can uncover the next (bf16 and fp16 -> bf16 on a card without it)
+_LINE_BREAKS_OTHER_THAN_LF = re.compile("\r(?!\n)|[\x85\u2028\u2029\ufeff]")
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+_VALUE_WIDTH = 1 << 20  # a value is written on its key's line, however long
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """A YAML text with every mechanical fix applied (rounds of them: a fix can uncover the
+    next), what is still wrong with it, and whether its comments survived.
+
+    Unpacks as `(text, result)`, what `fix_yaml` returned before it had more to say."""
+
+    text: str  # the fixed YAML (the input unchanged when nothing was fixable or it is unreadable)
+    result: ImportResult  # the import of `text`: what is left
+    applied: list[Finding]  # the findings whose patches were applied, every round's, in order
+    comments_kept: bool  # False: the text was rewritten whole, its comments and layout lost
+    original: ImportResult  # the import of the text as given
+
+    @property
+    def count(self) -> int:
+        return len(self.applied)
+
+    @property
+    def message_id(self) -> str:
+        """The note to show beside the fixed text ("" when there is nothing to say)."""
+        return "" if self.comments_kept else "import.comments_lost"
+
+    def __iter__(self) -> Iterator[Any]:  # fixed, result = board.fix_yaml(...)
+        return iter((self.text, self.result))
+
+
+def fix_yaml_text(
+    text: str,
+    preset: HardwarePreset | None = None,
+    *,
+    offline: bool = True,
+    rounds: int = FIX_ROUNDS,
+    bnb_available: Callable[[], bool] | None = None,
+) -> FixResult:
+    """`text` with every mechanical fix applied, up to `rounds` rounds (each re-imports the
+    text and applies what it finds), comments kept where the line patcher can.
+
+    Whatever is written parses (as llamafactory-cli reads it) to exactly
+    `apply_fixes(args, findings)` of each round: a patched text that would not is replaced
+    by `dump_yaml` of that mapping and `comments_kept` is False."""
+    original = import_yaml(text, preset, offline=offline, bnb_available=bnb_available)
+    result, fixed, applied, kept = original, text, [], True
+    if not original.args:
+        return FixResult(text, original, [], True, original)
+    for _ in range(rounds):
+        if not result.fixable:
+            break
+        target = apply_fixes(result.args, result.findings)
+        if _typed(target) == _typed(result.args):
+            break  # the patches change nothing: another round would not either
+        patched = patch_yaml_text(fixed, result.args, result.findings)
+        if patched is None:
+            patched, kept = dump_yaml(target), False
+        applied += result.fixable
+        fixed = patched
+        result = import_yaml(fixed, preset, offline=offline, bnb_available=bnb_available)
+    return FixResult(fixed, result, applied, kept, original)
+
+
+def patch_yaml_text(text: str, args: dict[str, Any], findings: list[Finding]) -> str | None:
+    """`text` (whose mapping is `args`) with the findings' patches applied to its lines, as
+    `apply_fixes` applies them to the mapping; None when the text is not a plain block
+    mapping of one key per column-0 line, or when the result would not parse to exactly
+    `apply_fixes(args, findings)` (the caller then rewrites the file whole)."""
+    document = _Document.read(text)
+    if document is None or document.keys() != list(args):
+        return None
+    document.values = dict(args)
+    for finding in findings:
+        if finding.patch and not document.apply(finding.patch):
+            return None
+    patched = document.text()
+    expected = apply_fixes(args, findings)
+    again, problems = load_yaml_text(patched, max_bytes=max(len(patched.encode("utf-8", errors="replace")), 1) * 2)
+    if again is None or problems or _typed(again) != _typed(expected):
+        return None
+    return patched
+
+
+def _typed(value: Any) -> str:
+    """A mapping as text that tells 1 from 1.0 from true, and one order of keys from another."""
+    return json.dumps(value, default=repr, ensure_ascii=False)
+
+
+def _render_entry(key: str, value: Any, newline: str) -> str:
+    """`key: value` as YAML writes it (quoted where needed), one or more lines."""
+    text = yaml.safe_dump({key: value}, sort_keys=False, allow_unicode=True, default_flow_style=False, width=_VALUE_WIDTH)
+    return text.replace("\n", newline)
+
+
+def _render_key(key: str) -> str | None:
+    """The key as YAML writes it before `: `; None when it is not one line."""
+    text = yaml.safe_dump({key: 0}, allow_unicode=True, default_flow_style=False, width=_VALUE_WIDTH)
+    return text[: -len(": 0\n")] if text.endswith(": 0\n") and text.count("\n") == 1 else None
+
+
+def _render_value(value: Any) -> str | None:
+    """The value as it is written after `key: ` on one line; None when it needs more lines."""
+    text = yaml.safe_dump({"k": value}, sort_keys=False, allow_unicode=True, default_flow_style=False, width=_VALUE_WIDTH)
+    if text.count("\n") != 1 or not text.startswith("k: "):
+        return None
+    return text[3:-1]
+
+
+@dataclass
+class _Segment:
+    """Lines of the file: one top-level entry (its key line and the lines of its value) or,
+    with key None, the blank and comment lines around them."""
+
+    lines: list[str]
+    key: str | None = None
+    value_span: tuple[int, int] | None = None  # where the value sits in lines[0], when on that line alone
+    key_end: int = 0  # where the key's text ends in lines[0]
+
+
+@dataclass
+class _Document:
+    segments: list[_Segment]
+    newline: str
+    values: dict[str, Any] = field(default_factory=dict)  # the mapping the segments hold
+
+    @classmethod
+    def read(cls, text: str) -> _Document | None:
+        if not text.strip() or _LINE_BREAKS_OTHER_THAN_LF.search(text):
+            return None
+        loader = _LlamaFactoryLoader(text)
+        try:
+            root = loader.get_single_node()
+        except (yaml.YAMLError, RecursionError, ValueError, TypeError, KeyError):
+            return None
+        finally:
+            loader.dispose()
+        if not isinstance(root, yaml.MappingNode) or root.flow_style:
+            return None
+        lines = _LINE.findall(text)
+        starts, offset = [], 0
+        for line in lines:
+            starts.append(offset)
+            offset += len(line)
+        entries: list[tuple[int, str, tuple[int, int] | None, int]] = []
+        for key_node, value_node in root.value:
+            mark = key_node.start_mark
+            if not (
+                isinstance(key_node, yaml.ScalarNode)
+                and key_node.tag == "tag:yaml.org,2002:str"
+                and mark.column == 0
+                and key_node.end_mark.line == mark.line
+            ):
+                return None
+            if entries and mark.line <= entries[-1][0]:
+                return None
+            span = None
+            start, end = value_node.start_mark, value_node.end_mark
+            if start.line == mark.line and end.line == mark.line and end.index > start.index and start.index > key_node.end_mark.index:
+                span = (start.index - starts[mark.line], end.index - starts[mark.line])
+            entries.append((mark.line, str(key_node.value), span, key_node.end_mark.index - starts[mark.line]))
+        if not entries or len({entry[1] for entry in entries}) != len(entries):
+            return None
+        # Before the first key: comments, blank lines, a `---` or a directive.
+        head = lines[: entries[0][0]]
+        if any(not (_gap(line) or line.startswith(("---", "%"))) for line in head):
+            return None
+        segments = [_Segment(head)] if head else []
+        for index, (line_no, key, span, key_end) in enumerate(entries):
+            end = entries[index + 1][0] if index + 1 < len(entries) else len(lines)
+            body = lines[line_no:end]
+            cut = len(body)
+            while cut > 1 and _gap(body[cut - 1]):
+                cut -= 1
+            # What follows a key line is its value: indented lines, list items, comments.
+            if any(not (_gap(line) or line[:1] in (" ", "\t", "-")) or line.startswith(("---", "...")) for line in body[1:cut]):
+                return None
+            if any(not _gap(line) for line in body[cut:]):
+                return None
+            segments.append(_Segment(body[:cut], key, span if cut == 1 else None, key_end))
+            if body[cut:]:
+                segments.append(_Segment(body[cut:]))
+        newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
+        return cls(segments, newline)
+
+    def keys(self) -> list[str]:
+        return [segment.key for segment in self.segments if segment.key is not None]
+
+    def text(self) -> str:
+        return "".join(line for segment in self.segments for line in segment.lines)
+
+    def apply(self, patch: dict[str, Any]) -> bool:
+        """`patch` applied as `_apply_patch` applies it to the mapping: values replaced on
+        their line, removed keys' lines dropped, new keys in the first removed key's place
+        (else at the end). False when a value cannot be written."""
+        present = set(self.keys())
+        removed = [key for key, value in patch.items() if value is None and key in present]
+        new = {key: value for key, value in patch.items() if value is not None and key not in present}
+        out: list[_Segment] = []
+        for segment in self.segments:
+            key = segment.key
+            if key is not None and removed and key == removed[0]:
+                out += self._in_place_of(segment, new)
+                new = {}
+            if key is None or key not in patch:
+                out.append(segment)
+            elif patch[key] is not None:
+                out.append(self._replaced(segment, patch[key]))
+        if new:
+            if out and out[-1].lines and not out[-1].lines[-1].endswith("\n"):
+                last = out[-1]
+                out[-1] = replace(last, lines=[*last.lines[:-1], last.lines[-1] + self.newline])
+            out += [self._entry(k, v) for k, v in new.items()]
+        self.segments = out
+        self.values = _apply_patch(self.values, patch)
+        return True
+
+    def _in_place_of(self, removed: _Segment, new: dict[str, Any]) -> list[_Segment]:
+        """The new keys that take a removed key's place. A renamed key (a typo's fix: the
+        same value under the right name) keeps its line: its value as written, its comment."""
+        assert removed.key is not None
+        old = _typed(self.values.get(removed.key))
+        renamed = next((key for key, value in new.items() if _typed(value) == old), None)
+        out = []
+        for key, value in new.items():
+            written = _render_key(key) if key == renamed else None
+            if written is not None:
+                first = written + removed.lines[0][removed.key_end :]
+                span = None if removed.value_span is None else tuple(i - removed.key_end + len(written) for i in removed.value_span)
+                out.append(_Segment([first, *removed.lines[1:]], key, span, len(written)))  # type: ignore[arg-type]
+            else:
+                out.append(self._entry(key, value))
+        return out
+
+    def _entry(self, key: str, value: Any) -> _Segment:
+        return _Segment(_LINE.findall(_render_entry(key, _plain(value), self.newline)), key)
+
+    def _replaced(self, segment: _Segment, value: Any) -> _Segment:
+        assert segment.key is not None
+        written = _render_value(_plain(value))
+        if segment.value_span is not None and written is not None:
+            line = segment.lines[0]
+            start, end = segment.value_span
+            line = line[:start] + written + line[end:]  # a trailing comment stays
+            return _Segment([line], segment.key, (start, start + len(written)))
+        entry = self._entry(segment.key, value)
+        if segment.lines and not segment.lines[-1].endswith("\n"):
+            entry.lines[-1] = entry.lines[-1].removesuffix(self.newline)
+        return entry
+
+
+def _gap(line: str) -> bool:
+    """A blank line or a comment line."""
+    stripped = line.strip()
+    return not stripped or stripped.startswith("#")
+
+
+def _plain(value: Any) -> Any:
+    """A value as dump_yaml writes it (JSON's types)."""
+    return json.loads(json.dumps(value, default=str))
+
+
 __all__ = [
     "FORM_TO_YAML",
     "YAML_RULES",
+    "FixResult",
+    "FormLoad",
     "ImportResult",
     "apply_fixes",
     "dump_yaml",
+    "fix_yaml_text",
+    "form_load",
     "form_values_from_args",
     "import_yaml",
     "load_yaml_text",
+    "patch_yaml_text",
     "to_yaml_key",
     "yaml_findings",
     "yaml_patch",
