@@ -12,6 +12,7 @@ import html
 import re
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from backend.diagnose import Alert
 from backend.findings import Finding
@@ -19,6 +20,9 @@ from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
 from backend.i18n import translate as t
 from backend.config.schema import STRATEGIES
 from backend.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from backend.config.yaml_import import FormLoad
 
 # Which form field a config key's finding belongs next to.
 # Findings about a LLaMA-Factory key are shown next to the form field that writes it: the
@@ -120,6 +124,30 @@ def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
     return "\n".join(lines)
 
 
+def form_load_markdown(load: FormLoad, locale: str = "en") -> str:
+    """What "Load into the form" did (a backend.config.yaml_import.FormLoad): which fields
+    came from the YAML (with their values), which were reset to the preset's defaults, and
+    which were left as they were, by their labels in the page's language."""
+    if not load.loaded:
+        return escape_markdown(t("import.load_nothing", locale))
+
+    def label(name: str) -> str:
+        return escape_markdown(t(f"label.{name}", locale))
+
+    def valued(name: str) -> str:
+        return f"{label(name)} {code_span(load.values.get(name, ''), 80)}"
+
+    lines = [escape_markdown(t("import.loaded", locale, set=len(load.set_fields), reset=len(load.reset_fields), kept=len(load.kept_fields)))]
+    for message, names, show in (
+        ("import.loaded_set", load.set_fields, valued),
+        ("import.loaded_reset", load.reset_fields, valued),
+        ("import.loaded_kept", load.kept_fields, label),
+    ):
+        if names:
+            lines.append(f"- **{escape_markdown(t(message, locale))}** " + " · ".join(show(name) for name in names))
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Progress:
     step: int
@@ -216,6 +244,21 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     return "  \n".join(lines)
 
 
+def starting_markdown(locale: str = "en") -> str:
+    """The status from the moment Start is accepted until the trainer's run exists."""
+    return t("status.starting", locale)
+
+
+def form_mode_markdown(editing: bool, run_id: str | None, locale: str = "en") -> str:
+    """Which settings the form shows: a run's (read-only), or a new run's (editable, from a
+    run's settings when `run_id` is given)."""
+    if not editing and run_id:
+        return t("form.mode_run", locale, run_id=code_span(run_id)[1:-1])
+    if run_id:
+        return t("form.mode_new_from", locale, run_id=code_span(run_id)[1:-1])
+    return t("form.mode_new", locale)
+
+
 def run_gone_markdown(run_id: str, locale: str = "en") -> str:
     return t("status.run_gone", locale, run_id=code_span(run_id)[1:-1])
 
@@ -275,17 +318,23 @@ def estimate_markdown(estimate, locale: str = "en") -> str:
     # verdict is a preset with no GPU memory to compare with (the CPU demo): still shown.
     if estimate is None or not estimate.num_params:
         return t("estimate.unknown", locale)
-    gib = 1024**3
     lines = [f"**{t('estimate.title', locale)}:** {markdown_message(localized(estimate.summary(), locale))}"]
     if not estimate.vram_bytes:
         lines.append(t("estimate.no_device_memory", locale))
-    for name, size in estimate.breakdown():
-        lines.append(f"- {escape_markdown(localized(name, locale))}: {size / gib:.2f} GiB")
+    # Paragraphs apart, the breakdown one list: Markdown joins lines that are only "\n" apart.
+    lines.append("\n".join(f"- {escape_markdown(localized(name, locale))}: {_bytes_text(size)}" for name, size in estimate.breakdown()))
     if estimate.cheapest_fix:
         lines.append(f"**{t('estimate.cheapest_fix', locale)}:** {markdown_message(localized(estimate.cheapest_fix, locale))}")
     for assumption in estimate.assumptions:
         lines.append(f"_{markdown_message(localized(assumption, locale))}_")
-    return "\n".join(lines)
+    return "\n\n".join(line for line in lines if line)
+
+
+def _bytes_text(size: float) -> str:
+    """GiB with two decimals; below 0.1 GiB in MiB (a tiny model's parts are not "0.00 GiB")."""
+    if size < 1024**3 / 10:
+        return f"{size / 2**20:.1f} MiB"
+    return f"{size / 1024**3:.2f} GiB"
 
 
 # The doctor's verdict marks: text symbols from the Dingbats and Miscellaneous Symbols blocks

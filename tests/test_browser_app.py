@@ -46,14 +46,35 @@ LOSS_POINTS_JS = """() => {
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def open_page(chromium, server, locale: str = "en-US"):
-    """A fresh tab (own cookies, light theme) on the app, once the form is there."""
+def open_page(chromium, server, locale: str = "en-US", editable: bool = True):
+    """A fresh tab (own cookies, light theme) on the app, once the form is there; `editable`:
+    a new run's form with the demo's values (a page with runs on disk opens on the latest
+    run's settings, read-only)."""
     context = chromium.new_context(locale=locale, color_scheme="light", viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = context.new_page()
     page.goto(f"{server.url}/?__theme=light")
     page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
     wait_until_idle(page)
+    if editable:
+        new_run_form(page)
     return context, page
+
+
+# The fields earlier tests of the module change; a new run's form gets the demo's values back.
+RESET_FIELDS = {"model-path": "model_path", "max-steps": "max_steps", "run-name": "run_name", "learning-rate": "learning_rate"}
+
+
+def new_run_form(page) -> None:
+    """Makes the form editable ("New run from these settings" when it shows a run) and puts
+    back the demo's values of the fields tests change."""
+    # The form says what it shows once the page's load event has decided (empty before).
+    page.wait_for_function("() => (document.querySelector('#form-mode [data-testid=markdown]')?.innerText ?? '').trim().length > 0", timeout=UI_TIMEOUT_MS, polling=200)
+    if page.locator("#new-run").is_visible():
+        page.locator("#new-run").click()
+    page.wait_for_function("() => !document.querySelector('#run-name input, #run-name textarea').disabled", timeout=UI_TIMEOUT_MS, polling=200)
+    demo = demo_form()
+    for field_id, name in RESET_FIELDS.items():
+        fill(page, field_id, str(demo[name]))
 
 
 def wait_until_idle(page) -> None:
@@ -131,8 +152,8 @@ def page_of(chromium, app_server):
     """Opens tabs on the module's app and closes them after the test."""
     contexts = []
 
-    def opener(locale: str = "en-US"):
-        context, page = open_page(chromium, app_server, locale)
+    def opener(locale: str = "en-US", editable: bool = True):
+        context, page = open_page(chromium, app_server, locale, editable)
         contexts.append(context)
         return page
 
@@ -224,11 +245,17 @@ def test_import_shows_each_wrong_key_with_its_fix_and_applies_them(app_server, p
     after = wait_for_text(page, "#import-findings", translate("import.clean", "en"), "Problem", "Warning")
     assert "Problem" not in after, f"problems left after applying every fix:\n{after}"
 
-    # Into the form, and the form's Preview is clean YAML without the wrong keys.
+    # Into the form: the page goes to the Train tab by itself and says what the YAML set;
+    # the form's Preview is clean YAML without the wrong keys.
     page.locator("#load-into-form").click()
-    page.get_by_role("tab", name=translate("tab.train", "en")).click()
+    wait_for_text(page, "#form-notice", translate("import.loaded_set", "en"))
+    assert page.locator("#run-name").is_visible(), "Load into the form did not switch to the Train tab"
     page.locator("#preview").click()
-    page.wait_for_function("() => (document.querySelector('#preview-yaml .cm-content')?.innerText ?? '').includes('model_name_or_path')", timeout=UI_TIMEOUT_MS)
+    # Read once the accordion is open (a hidden element's innerText has no line breaks).
+    page.wait_for_function(
+        "() => { const e = document.querySelector('#preview-yaml .cm-content'); return !!e && e.offsetParent !== null && e.innerText.includes('lora_rank: 8'); }",
+        timeout=UI_TIMEOUT_MS,
+    )
     preview = page.evaluate("() => document.querySelector('#preview-yaml .cm-content').innerText")
     for key in WRONG_KEYS[:-1]:
         assert f"{key}:" not in preview

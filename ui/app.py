@@ -10,7 +10,7 @@ from backend.service import RocBoard
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
 from ui.runs_tab import RUNS_CSS, build_runs_tab
-from ui.train_tab import build_train_tab
+from ui.train_tab import ACTIONS_CSS, build_train_tab
 from ui.widgets import Texts
 
 TRAIN_TAB_ID = "train"
@@ -18,7 +18,7 @@ TRAIN_TAB_ID = "train"
 
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
-    with gr.Blocks(title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS, theme=gr.themes.Default(primary_hue="red")) as page:
+    with gr.Blocks(title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS, theme=gr.themes.Default(primary_hue="red")) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
             language = gr.Radio([("English", "en"), ("中文", "zh-CN")], value="en", show_label=False, container=False, elem_id="language", scale=0, min_width=200)
@@ -33,23 +33,25 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.runs"), id="runs", elem_id="tab-runs"), "tab.runs") as runs_tab:
                 refresh_runs, runs_outputs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
-                build_import_tab(board, texts, locale_state, train.fields)
+                build_import_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
                 build_doctor_tab(board, texts, locale_state)
         # The table was filled when the page was built: each visit shows the runs on disk now.
         runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
         strategy = train.fields["dist_strategy"]
 
-        def relabel(locale: str, run_id, preset_id: str):
+        def relabel(locale: str, run_id, preset_id: str, mode: dict):
             """Every label in `locale`, and the run panel redrawn in it (the idle one too: its
             texts were written in English when the page was built)."""
-            return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), *train.render(run_id, None, locale)]
+            mode_line = view.form_mode_markdown(bool(mode.get("editing", True)), mode.get("run_id"), locale)
+            return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), mode_line, *train.render(run_id, None, locale, mode)]
 
-        language.change(
+        relabelled = language.change(
             relabel,
-            [language, train.watched_run, train.fields["preset"]],
-            [locale_state, *texts.widgets, train.preset_notes, *train.run_outputs],
+            [language, train.watched_run, train.fields["preset"], train.mode],
+            [locale_state, *texts.widgets, train.preset_notes, train.mode_box, *train.run_outputs],
         )
+        train.then_derive(relabelled)
         # The runs table and the strategy labels are data, not static labels: redrawn too.
         language.change(refresh_runs, language, runs_outputs, show_progress="hidden")
         language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
@@ -61,22 +63,21 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             the active (or latest) run with its full charts."""
             locale = pick_locale(request.headers.get("accept-language") if request else None, saved if isinstance(saved, str) else None)
             run = board.run_to_show()
-            run_id = run.id if run else None
             return [
                 locale,
                 locale,
-                run_id,
                 *texts.updates(locale),
                 board.preset_notes(preset_id, locale),
                 gr.update(choices=view.strategy_choices(locale)),
-                *train.render(run_id, None, locale),
+                *train.open_run(run.id if run else None, locale),
             ]
 
-        page.load(
+        loaded = page.load(
             on_load,
             [train.fields["preset"], saved_locale],
-            [locale_state, language, train.watched_run, *texts.widgets, train.preset_notes, strategy, *train.run_outputs],
+            [locale_state, language, *texts.widgets, train.preset_notes, strategy, *train.open_outputs],
             show_progress="hidden",
         )
+        train.then_derive(loaded)
     return page
 

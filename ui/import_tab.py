@@ -9,8 +9,7 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from backend.config import FORM_FIELDS
-from ui.train_tab import ALL_FIELDS
+from ui.train_tab import ALL_FIELDS, TrainTab
 from backend.i18n import translate
 from backend.service import RocBoard
 from ui.widgets import Texts
@@ -18,8 +17,8 @@ from ui.widgets import Texts
 MAX_UPLOAD_BYTES = 256_000
 
 
-def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fields: dict[str, Any]) -> None:
-    form_inputs = [form_fields[name] for name in FORM_FIELDS]
+def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> None:
+    form_fields = train.fields
     with gr.Row():
         with gr.Column():
             import_text = texts.label(gr.Code(language="yaml", label=texts("label.import_yaml"), elem_id="import-yaml", interactive=True), "label.import_yaml")
@@ -54,18 +53,27 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, form_fiel
     import_button.click(on_import, [import_text, form_fields["preset"], locale_state], import_findings)
 
     def on_fix(text: str, preset_id: str, locale: str):
-        fixed, result = board.fix_yaml(text, preset_id)
-        return fixed, findings_text(result, locale)
+        fixed = board.fix_yaml(text, preset_id)
+        lost = f"\n\n{translate(fixed.message_id, locale)}" if fixed.message_id else ""
+        return fixed.text, findings_text(fixed.result, locale) + lost
 
     fix_button.click(on_fix, [import_text, form_fields["preset"], locale_state], [import_text, import_findings])
 
-    def on_load(text: str, preset_id: str, locale: str):
-        result = board.import_yaml(text, preset_id)
-        values = result.form_values
-        updates = [gr.update(value=values[name]) if name in values else gr.skip() for name in FORM_FIELDS]
-        return [*updates, findings_text(result, locale)]
+    def on_load(text: str, run_id: str | None, locale: str, *values: Any):
+        """The YAML becomes a new run's form: what it sets, the preset's defaults for what it
+        does not, the page's own fields left; the Train tab opens and says which was which."""
+        load = board.load_into_form(text, str(values[ALL_FIELDS.index("preset")]), dict(zip(ALL_FIELDS, values)))
+        findings = view.findings_markdown(load.findings, locale) if load.findings else ""
+        if not load.loaded:  # nothing usable: the form is left as it was, and the tab says so
+            return [view.form_load_markdown(load, locale) + ("\n\n" + findings if findings else ""), gr.skip(), *[gr.skip()] * len(train.open_outputs)]
+        notice = view.form_load_markdown(load, locale)
+        return [findings or "✓ " + translate("import.clean", locale), gr.Tabs(selected=train_tab_id), *train.edit_form(load.values, run_id, locale, notice, from_run=False)]
 
-    load_button.click(on_load, [import_text, form_fields["preset"], locale_state], [*form_inputs, import_findings])
+    load_button.click(
+        on_load,
+        [import_text, train.watched_run, locale_state, *[form_fields[name] for name in ALL_FIELDS]],
+        [import_findings, tabs, *train.open_outputs],
+    )
 
     def on_export(*values):
         path, shell = board.export(dict(zip(ALL_FIELDS, values)))

@@ -52,11 +52,10 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     def on_open(run_ids: list[str] | None, locale: str):
         if not run_ids:
-            return [gr.skip(), translate("runs.pick_one", locale), gr.skip(), *[gr.skip()] * len(train.run_outputs)]
-        run_id = run_ids[0]
-        return [run_id, "", gr.Tabs(selected=train_tab_id), *train.render(run_id, None, locale)]
+            return [translate("runs.pick_one", locale), gr.skip(), *[gr.skip()] * len(train.open_outputs)]
+        return ["", gr.Tabs(selected=train_tab_id), *train.open_run(run_ids[0], locale)]
 
-    open_button.click(on_open, [chosen, locale_state], [train.watched_run, message, tabs, *train.run_outputs])
+    open_button.click(on_open, [chosen, locale_state], [message, tabs, *train.open_outputs])
 
     def on_compare(run_ids: list[str] | None, locale: str):
         if not run_ids:

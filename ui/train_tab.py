@@ -37,6 +37,7 @@ def build_form_fields(
     choices: dict[str, list[Any]] | None = None,
     after: dict[str, Any] | None = None,
     form_fields: tuple[schema.Field, ...] | None = None,
+    interactive: bool = True,
 ) -> dict[str, Any]:
     """A widget per schema field, grouped by section (an accordion) and row, in the schema's
     order. `choices` gives choices the page knows better (the presets); `after[name]()` runs
@@ -50,7 +51,9 @@ def build_form_fields(
         kwargs = dict(options)
         if form_field.widget in ("dropdown", "radio"):
             kwargs["choices"] = (choices or {}).get(form_field.name) or list(form_field.choice_labels or form_field.choices)
-        widget = widget_class(value=defaults.get(form_field.name, form_field.default), elem_id=form_field.elem_id, label=texts(form_field.label_id), **kwargs)
+        widget = widget_class(
+            value=defaults.get(form_field.name, form_field.default), elem_id=form_field.elem_id, label=texts(form_field.label_id), interactive=interactive, **kwargs
+        )
         widgets[form_field.name] = texts.label(widget, form_field.label_id)
         if after and form_field.name in after:
             after[form_field.name]()
@@ -79,17 +82,37 @@ def build_form_fields(
     return widgets
 
 
+# The action bar stays in view at the bottom of the window while the form scrolls (a
+# 1000-px-high window otherwise puts Start 700 px below the fold), in both languages.
+# Gradio's container has overflow: hidden, which would make it the bar's scroll box (and
+# the bar never stick); `clip` cuts the same overflow without being one.
+ACTIONS_CSS = """
+.gradio-container { overflow: clip !important; }
+#actions { position: sticky; bottom: 0; z-index: 20; background: var(--background-fill-primary);
+  padding: 8px 0; border-top: 1px solid var(--border-color-primary); }
+#status .pending, #form-mode .pending { opacity: 1 !important; }
+"""
+
+
 @dataclass
 class TrainTab:
     fields: dict[str, Any]
     watched_run: Any
     shown_version: Any
+    mode: Any  # gr.State: {"editing": bool, "run_id": str | None}, what the form shows
     run_outputs: list[Any]  # the run panel's components, in the order `show` and `render` update them
+    open_outputs: list[Any]  # what `open_run` updates: the watched run, the form, the panel
     timer: Any
-    show: Any  # (RunView) -> updates for run_outputs
-    render: Any  # (run_id, shown_version, locale) -> updates for run_outputs
+    show: Any  # (RunView, editing) -> updates for run_outputs
+    render: Any  # (run_id, shown_version, locale, mode) -> updates for run_outputs
+    open_run: Any  # (run_id, locale) -> updates for open_outputs: the form shows that run, read-only
+    edit_form: Any  # (values, run_id, locale, notice) -> updates for open_outputs: an editable new run
     preset_notes: Any
     stop_on_nan: Any
+    findings_box: Any
+    mode_box: Any
+    notice_box: Any
+    then_derive: Any  # (event) -> the event followed by recomputing what is derived from the form
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
@@ -98,10 +121,15 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     watched_run = gr.State(None)  # the run this tab shows
     shown_version = gr.State(None)  # what the tab last drew: nothing is sent when unchanged
+    mode = gr.State({"editing": True, "run_id": None})
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
+            # Empty and read-only until the page's load event says whether the form shows a run
+            # or a new one: never an editable form that turns read-only under the user's hand.
+            mode_box = gr.Markdown("", elem_id="form-mode")
+            notice_box = gr.Markdown("", elem_id="form-notice")
             notes = lambda: shown.setdefault("notes", gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes"))  # noqa: E731
-            fields = build_form_fields(texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes})
+            fields = build_form_fields(texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes}, interactive=False)
             preset_notes = shown["notes"]
             estimate_box = gr.Markdown("", elem_id="estimate")
             findings_box = gr.Markdown("", elem_id="findings")
@@ -109,11 +137,13 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             with gr.Row():
                 preview_button = texts.value(gr.Button(texts("button.preview"), elem_id="preview"), "button.preview")
                 estimate_button = texts.value(gr.Button(texts("button.estimate"), elem_id="estimate-button"), "button.estimate")
-            with gr.Row():
-                start_button = texts.value(gr.Button(texts("button.start"), variant="primary", elem_id="start"), "button.start")
-                stop_button = texts.value(gr.Button(texts("button.stop"), variant="stop", elem_id="stop"), "button.stop")
-                resume_button = texts.value(gr.Button(texts("button.resume"), elem_id="resume"), "button.resume")
             stop_on_nan = texts.label(gr.Checkbox(False, label=texts("label.stop_on_nan"), elem_id="stop-on-nan"), "label.stop_on_nan")
+            with gr.Row(elem_id="actions"):
+                # Narrow enough that Start, Stop and Resume share one line in a 360-px column.
+                start_button = texts.value(gr.Button(texts("button.start"), variant="primary", interactive=False, min_width=80, elem_id="start"), "button.start")
+                stop_button = texts.value(gr.Button(texts("button.stop"), variant="stop", interactive=False, min_width=80, elem_id="stop"), "button.stop")
+                resume_button = texts.value(gr.Button(texts("button.resume"), interactive=False, min_width=80, elem_id="resume"), "button.resume")
+                new_run_button = texts.value(gr.Button(texts("button.new_run"), visible=False, min_width=200, elem_id="new-run"), "button.new_run")
         with gr.Column(scale=3):
             status = gr.Markdown(view.status_markdown(None), elem_id="status")
             alert = gr.Markdown("", elem_id="alert")
@@ -146,12 +176,16 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         "stop_on_nan": stop_on_nan,
         "version": shown_version,
         "timer": timer,
+        "start": start_button,
+        "stop": stop_button,
+        "resume": resume_button,
     }
     run_outputs = list(panel.values())
 
-    def show(run: RunView) -> list[Any]:
+    def show(run: RunView, editing: bool = True) -> list[Any]:
         """The panel's updates for `run`, component by component; gr.skip() for what the tab
-        already shows."""
+        already shows. Start can act on an editable form while no run trains; Stop on a
+        training run; Resume on a stopped or failed run with a checkpoint."""
         ticking = gr.skip() if run.unchanged and run.active else gr.Timer(active=run.active)
         updates: dict[str, Any] = {"timer": ticking}
         if not run.unchanged:
@@ -166,6 +200,9 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 log_tail=run.log_tail,
                 stop_on_nan=gr.skip() if run.stop_on_nan is None else run.stop_on_nan,
                 version=run.version,
+                start=gr.update(interactive=editing and not run.active),
+                stop=gr.update(interactive=run.active),
+                resume=gr.update(interactive=run.resumable and not run.active),
             )
         return [updates.get(name, gr.skip()) for name in panel]
 
@@ -176,61 +213,155 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         messages = view.field_messages(findings, ALL_FIELDS, locale)
         return [gr.update(info=messages[name] or None) for name in ALL_FIELDS]
 
-    def on_preset(preset_id: str, locale: str):
+    def editing_of(mode_value: Any) -> bool:
+        return not isinstance(mode_value, dict) or bool(mode_value.get("editing", True))
+
+    def render(run_id: str | None, shown_version=None, locale: str = "en", mode_value: Any = None) -> list[Any]:
+        """Everything the run panel shows of `run_id`; gr.skip() where nothing changed."""
+        return show(board.run_view(run_id, locale, shown_version), editing_of(mode_value))
+
+    # --- what the form shows: a run's settings (read-only) or a new run's (editable) ------
+    open_outputs = [watched_run, mode, mode_box, notice_box, new_run_button, *form_inputs, *run_outputs]
+
+    def open_run(run_id: str | None, locale: str = "en") -> list[Any]:
+        """The page shows `run_id`: its charts, and its settings in the form, read-only. With
+        no run (or one whose directory is gone), an editable form for a new run."""
+        values = board.run_form(run_id) if run_id else None
+        if values is None:
+            new_mode = {"editing": True, "run_id": None}
+            fields_updates = [gr.update(interactive=True)] * len(ALL_FIELDS)
+        else:
+            new_mode = {"editing": False, "run_id": run_id}
+            fields_updates = [gr.update(value=values[name], interactive=False) if name in values else gr.update(interactive=False) for name in ALL_FIELDS]
+        return [
+            run_id,
+            new_mode,
+            view.form_mode_markdown(new_mode["editing"], new_mode["run_id"], locale),
+            "",
+            gr.update(visible=not new_mode["editing"]),
+            *fields_updates,
+            *render(run_id, None, locale, new_mode),
+        ]
+
+    def edit_form(values: dict[str, Any] | None, run_id: str | None, locale: str = "en", notice: str = "", from_run: bool = True) -> list[Any]:
+        """An editable form for a new run, filled with `values` where given (else the settings
+        of the watched `run_id`, `from_run`); the watched run stays on the panel (Start waits
+        while it trains)."""
+        new_mode = {"editing": True, "run_id": run_id if from_run else None}
+        fields_updates = [gr.update(value=values[name], interactive=True) if values and name in values else gr.update(interactive=True) for name in ALL_FIELDS]
+        return [
+            gr.skip(),
+            new_mode,
+            view.form_mode_markdown(True, new_mode["run_id"], locale),
+            notice,
+            gr.update(visible=False),
+            *fields_updates,
+            *render(run_id, None, locale, new_mode),
+        ]
+
+    new_run_button.click(lambda run_id, locale: edit_form(None, run_id, locale), [watched_run, locale_state], open_outputs, show_progress="hidden")
+
+    def on_preset(preset_id: str):
         values = board.form_for_preset(preset_id)
-        updates = [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
-        return [*updates, view.preset_notes_markdown(board.preset(preset_id), locale), board.doctor_blockers_markdown(preset_id, locale)]
+        return [gr.update(value=values[name]) if name in values and name != "preset" else gr.skip() for name in ALL_FIELDS]
 
     # .input, not .change: filling the form must not re-fire when the value is set by code.
-    fields["preset"].input(on_preset, [fields["preset"], locale_state], [*form_inputs, preset_notes, doctor_box], show_progress="hidden")
+    fields["preset"].input(on_preset, fields["preset"], form_inputs, show_progress="hidden")
+
+    # --- everything derived from the form follows it -----------------------------------
+    # Any change of a field (typed, a preset, a run opened, an import) recomputes the findings,
+    # the field warnings, the preview, the estimate and the doctor's blockers, so none is ever
+    # shown for other values. LLaMA-Factory's own parser (seconds) is not run here: its answer
+    # is shown when it is already known for these exact values. Quietly: no spinner per field.
+    def on_form_change(locale, *values):
+        form = form_of(values)
+        result = board.preview(form, ask_llamafactory=False)
+        preset_id = str(form.get("preset", ""))
+        return [
+            view.findings_markdown(result.findings, locale),
+            view.estimate_markdown(board.estimate(form), locale),
+            board.doctor_blockers_markdown(preset_id, locale),
+            board.preset_notes(preset_id, locale),
+            result.yaml_text,
+            result.command,
+            *field_updates(result.findings, locale),
+        ]
+
+    derived_outputs = [findings_box, estimate_box, doctor_box, preset_notes, preview_yaml, preview_command, *form_inputs]
+    gr.on(
+        [widget.change for widget in form_inputs],
+        on_form_change,
+        [locale_state, *form_inputs],
+        derived_outputs,
+        trigger_mode="always_last",
+        show_progress="hidden",
+    )
+
+    def then_derive(event: Any) -> Any:
+        """After `event` (the page's load, a language switch): the derived texts for the form
+        as it is, in the page's language."""
+        return event.then(on_form_change, [locale_state, *form_inputs], derived_outputs, show_progress="hidden")
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
         return [result.yaml_text, result.command, view.findings_markdown(result.findings, locale), gr.Accordion(open=True), *field_updates(result.findings, locale)]
 
-    preview_button.click(on_preview, [locale_state, *form_inputs], [preview_yaml, preview_command, findings_box, preview_panel, *form_inputs])
+    preview_button.click(on_preview, [locale_state, *form_inputs], [preview_yaml, preview_command, findings_box, preview_panel, *form_inputs], show_progress="hidden")
 
     def on_estimate(locale, *values):
         return view.estimate_markdown(board.estimate(form_of(values)), locale)
 
-    estimate_button.click(on_estimate, [locale_state, *form_inputs], estimate_box)
+    estimate_button.click(on_estimate, [locale_state, *form_inputs], estimate_box, show_progress="hidden")
 
-    def render(run_id: str | None, shown_version=None, locale: str = "en") -> list[Any]:
-        """Everything the run panel shows of `run_id`; gr.skip() where nothing changed."""
-        return show(board.run_view(run_id, locale, shown_version))
+    # --- start, resume, stop -------------------------------------------------------------
+    def on_start_accepted(locale):
+        """At once, before the seconds of checks: the status says Start was taken, and Start
+        cannot be pressed again."""
+        return view.starting_markdown(locale), gr.update(interactive=False)
 
-    def on_start(locale, stop_on_nan_value, *values):
+    def on_start(run_id, mode_value, locale, stop_on_nan_value, *values):
         result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value))
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
-            return [gr.skip(), findings_text, *field_updates(result.findings, locale), *[gr.skip()] * len(run_outputs)]
-        run_id = result.run.id
-        return [run_id, findings_text, *field_updates(result.findings, locale), *render(run_id, None, locale)]
+            # Nothing was created: the panel goes back to what it showed, Start usable again.
+            before_form = open_outputs.index(form_inputs[0])
+            return [*[gr.skip()] * before_form, *field_updates(result.findings, locale), *render(run_id, None, locale, mode_value), findings_text]
+        opened = open_run(result.run.id, locale)
+        # The form already holds these values: only its fields' warnings change.
+        form_start = open_outputs.index(form_inputs[0])
+        opened[form_start : form_start + len(form_inputs)] = [
+            gr.update(interactive=False, info=update.get("info")) for update in field_updates(result.findings, locale)
+        ]
+        return [*opened, findings_text]
 
-    start_button.click(
+    start_button.click(on_start_accepted, locale_state, [status, start_button], queue=False, show_progress="hidden").then(
         on_start,
-        [locale_state, stop_on_nan, *form_inputs],
-        [watched_run, findings_box, *form_inputs, *run_outputs],
+        [watched_run, mode, locale_state, stop_on_nan, *form_inputs],
+        [*open_outputs, findings_box],
         concurrency_limit=1,
         concurrency_id="start",
+        show_progress="hidden",
     )
 
-    def on_resume(run_id, locale):
+    def on_resume(run_id, mode_value, locale):
         result = board.resume(run_id) if run_id else None
         if result is None or not result.started:
             findings = result.findings if result else []
-            return [gr.skip(), view.findings_markdown(findings, locale), *[gr.skip()] * len(run_outputs)]
-        return [result.run.id, "", *render(result.run.id, None, locale)]
+            return [*[gr.skip()] * len(open_outputs), view.findings_markdown(findings, locale)]
+        return [*open_run(result.run.id, locale), ""]
 
-    resume_button.click(on_resume, [watched_run, locale_state], [watched_run, findings_box, *run_outputs], concurrency_limit=1, concurrency_id="start")
+    resume_button.click(
+        on_resume, [watched_run, mode, locale_state], [*open_outputs, findings_box], concurrency_limit=1, concurrency_id="start", show_progress="hidden"
+    )
 
-    def on_stop(run_id, locale):
+    def on_stop(run_id, mode_value, locale):
         if run_id is None:
             return [gr.skip()] * len(run_outputs)
         board.stop(run_id)
-        return render(run_id, None, locale)
+        return render(run_id, None, locale, mode_value)
 
-    stop_button.click(on_stop, [watched_run, locale_state], run_outputs, concurrency_limit=1, concurrency_id="stop")
+    stop_button.click(on_stop, [watched_run, mode, locale_state], run_outputs, concurrency_limit=1, concurrency_id="stop", show_progress="hidden")
+
     def on_stop_on_nan(run_id, on: bool):
         """The watched run's own setting follows the box while it trains (the backend acts
         on it); otherwise the box is the setting the next Start saves with its run."""
@@ -239,5 +370,23 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     # .input, not .change: the panel sets the box to the watched run's setting by code.
     stop_on_nan.input(on_stop_on_nan, [watched_run, stop_on_nan], None, show_progress="hidden")
-    timer.tick(render, [watched_run, shown_version, locale_state], run_outputs, show_progress="hidden", queue=False)
-    return TrainTab(fields, watched_run, shown_version, run_outputs, timer, show, render, preset_notes, stop_on_nan)
+    timer.tick(render, [watched_run, shown_version, locale_state, mode], run_outputs, show_progress="hidden", queue=False)
+    return TrainTab(
+        fields,
+        watched_run,
+        shown_version,
+        mode,
+        run_outputs,
+        open_outputs,
+        timer,
+        show,
+        render,
+        open_run,
+        edit_form,
+        preset_notes,
+        stop_on_nan,
+        findings_box,
+        mode_box,
+        notice_box,
+        then_derive,
+    )

@@ -247,6 +247,9 @@ class MemoryEstimate:
     def summary(self) -> str:
         """One line: total, share of the device, verdict (a Message: English as a str)."""
         total = f"{self.total_bytes / GIB:.1f}"
+        if not self.vram_bytes and self.total_bytes < GIB / 10:
+            # A tiny model (the CPU demo's) would read "about 0.0 GiB": said in MiB instead.
+            return Message("estimate.summary_mib", total=f"{max(1, round(self.total_bytes / 2**20))}")
         if self.vram_bytes:
             return Message("estimate.summary_device", total=total, vram=f"{self.vram_bytes / GIB:.0f}", verdict=Message(f"estimate.verdict.{self.verdict.replace(' ', '_')}"))
         return Message("estimate.summary", total=total)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from backend.doctor import Check
     from backend.config.estimate import MemoryEstimate
     from backend.telemetry.sampler import Sampler
-    from backend.config.yaml_import import ImportResult
+    from backend.config.yaml_import import FixResult, FormLoad, ImportResult
 
 
 def demo_form() -> dict[str, Any]:
@@ -121,8 +121,10 @@ class RocBoard:
     def llamafactory_findings(self, config: RunConfig, plan: DistributedPlan | None = None) -> list[Finding]:
         return self.pipeline.llamafactory_findings(config, plan)
 
-    def preview(self, form: Mapping[str, Any]) -> Preview:
-        return self.pipeline.preview(form)
+    def preview(self, form: Mapping[str, Any], ask_llamafactory: bool = True) -> Preview:
+        """The YAML, the shell lines and every finding of `form`. Without `ask_llamafactory`
+        (checks while the user types) LLaMA-Factory's parser is not run, its known answer kept."""
+        return self.pipeline.preview(form, ask_llamafactory)
 
     def estimate(self, form: Mapping[str, Any]) -> MemoryEstimate:
         return self.pipeline.estimate(form)
@@ -130,8 +132,11 @@ class RocBoard:
     def import_yaml(self, text: str, preset_id: str) -> ImportResult:
         return self.pipeline.import_yaml(text, preset_id)
 
-    def fix_yaml(self, text: str, preset_id: str) -> tuple[str, ImportResult]:
+    def fix_yaml(self, text: str, preset_id: str) -> FixResult:
         return self.pipeline.fix_yaml(text, preset_id)
+
+    def load_into_form(self, text: str, preset_id: str, current: Mapping[str, Any]) -> FormLoad:
+        return self.pipeline.load_into_form(text, preset_id, current)
 
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         return self.pipeline.export(form)
@@ -195,6 +200,17 @@ class RocBoard:
     def run_ids(self) -> list[str]:
         return [state.id for state in self.store.list()]
 
+    def run_form(self, run_id: str) -> dict[str, Any] | None:
+        """The form a run was started from (every field; defaults where its form.json has
+        none), for the page to show beside its charts; None when the run is gone."""
+        from backend.config.distributed import form_from_saved
+
+        try:
+            self.store.read(run_id)
+        except RunNotFound:
+            return None
+        return form_from_saved(self.store.read_form(run_id))
+
     def run_to_show(self) -> RunState | None:
         """What a freshly opened tab shows: the active run, else the newest one."""
         active = self.active_run()
@@ -226,13 +242,18 @@ class RocBoard:
         cause = fix = ""
         if snapshot.run.state == "failed":
             cause, fix = self.failure_cause(run_id, locale)
+        resumable = False
+        if snapshot.run.state in ("stopped", "failed"):
+            from backend.runs.resume import Refusal, resume_plan
+
+            resumable = not isinstance(resume_plan(self.store, run_id), Refusal)
         download = None
         if snapshot.has_adapter and not snapshot.run.active:
             try:
                 download = self.adapter_download(run_id)
             except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
                 download = None
-        return run_view(snapshot, version, locale, cause, fix, download)
+        return run_view(snapshot, version, locale, cause, fix, download, resumable)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run, read from its train.log; empty when unknown."""

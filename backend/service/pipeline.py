@@ -24,7 +24,7 @@ from backend.runs import CONFIG_FILE, OUTPUT_DIR
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
     from backend.config.estimate import MemoryEstimate
-    from backend.config.yaml_import import ImportResult
+    from backend.config.yaml_import import FixResult, FormLoad, ImportResult
 
 # Answers kept by a cache; each is a short list of findings for one exact set of arguments.
 LF_CACHE_ENTRIES = 256
@@ -100,6 +100,11 @@ class LlamaFactoryCheckCache:
                         self._answers.popitem(last=False)
         return list(answer)
 
+    def cached(self, args: dict[str, Any]) -> list[Finding] | None:
+        """The answer already known for `args`, without asking; None when not asked yet."""
+        answer = self._cached(json.dumps(args, sort_keys=True, default=str))
+        return None if answer is None else list(answer)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._answers)
@@ -119,7 +124,8 @@ class ConfigPipeline:
         self.presets: dict[str, HardwarePreset]
         self.preset_errors: list[PresetLoadError]
         self.presets, self.preset_errors = load_presets(presets_dir)
-        self.lf_cache = lf_cache or SHARED_LF_CACHE
+        # Not `or`: an empty cache has len 0 and is falsy.
+        self.lf_cache = lf_cache if lf_cache is not None else SHARED_LF_CACHE
 
     # --- presets ---------------------------------------------------------------------
 
@@ -178,13 +184,18 @@ class ConfigPipeline:
         exist (cached by the exact arguments; the demo's are asked for at start-up)."""
         return self.lf_cache.findings(self.run_args(config, plan, "output"))
 
-    def check_for_start(self, form: Mapping[str, Any]) -> CheckedForm:
+    def check_for_start(self, form: Mapping[str, Any], ask_llamafactory: bool = True) -> CheckedForm:
         """Everything a start needs to know about the form; LLaMA-Factory is only asked
-        when the form's own checks found no problem (its answer takes seconds)."""
+        when the form's own checks found no problem (its answer takes seconds). Without
+        `ask_llamafactory` (the page's live checks while the user types), only an answer
+        LLaMA-Factory already gave for these exact arguments is added."""
         config, findings, preset = self.parse(form)
         plan, _ = self.plan_of(form, preset)
         if not has_problems(findings):
-            findings = findings + self.llamafactory_findings(config, plan)
+            if ask_llamafactory:
+                findings = findings + self.llamafactory_findings(config, plan)
+            else:
+                findings = findings + (self.lf_cache.cached(self.run_args(config, plan, "output")) or [])
         return CheckedForm(config, findings, preset, plan)
 
     def prewarm(self, form: Mapping[str, Any]) -> None:
@@ -195,10 +206,10 @@ class ConfigPipeline:
 
     # --- what is made of a config ----------------------------------------------------
 
-    def preview(self, form: Mapping[str, Any]) -> Preview:
+    def preview(self, form: Mapping[str, Any], ask_llamafactory: bool = True) -> Preview:
         import yaml
 
-        checked = self.check_for_start(form)
+        checked = self.check_for_start(form, ask_llamafactory)
         config, preset, plan = checked.config, checked.preset, checked.plan
         output_dir = self.runs_root / "<run-id>" / OUTPUT_DIR
         command = self.shell_lines(config, preset)
@@ -233,22 +244,23 @@ class ConfigPipeline:
 
         return import_yaml(text or "", self.preset(preset_id))
 
-    def fix_yaml(self, text: str, preset_id: str) -> tuple[str, ImportResult]:
-        """The YAML with every mechanical fix applied, and what is still wrong with it."""
-        from backend.config.yaml_import import apply_fixes, dump_yaml
+    def fix_yaml(self, text: str, preset_id: str) -> FixResult:
+        """The YAML with every mechanical fix applied (comments kept where they can be), and
+        what is still wrong with it: the very function `app.py check --fix` writes with.
+        Unpacks as `(fixed_text, result)`; `.comments_kept` says whether comments survived."""
+        from backend.config.yaml_import import fix_yaml_text
 
-        result = self.import_yaml(text, preset_id)
-        if not result.args:
-            return text, result
-        fixed = text
-        # One fix can uncover the next (bf16 and fp16 both on -> bf16 on a card without it):
-        # apply until nothing mechanical is left, a few rounds at most.
-        for _ in range(4):
-            if not result.fixable:
-                break
-            fixed = dump_yaml(apply_fixes(result.args, result.findings))
-            result = self.import_yaml(fixed, preset_id)
-        return fixed, result
+        return fix_yaml_text(text or "", self.preset(preset_id))
+
+    def load_into_form(self, text: str, preset_id: str, current: Mapping[str, Any]) -> FormLoad:
+        """Every page field after loading the YAML over the form `current`: the YAML's values,
+        the preset's defaults for the run fields it does not set, the rest as `current` has them."""
+        from backend.config import schema
+        from backend.config.yaml_import import form_load
+
+        defaults = {**schema.form_defaults(), **self.form_for_preset(preset_id)}
+        defaults.pop("preset", None)
+        return form_load(self.import_yaml(text, preset_id), defaults, current)
 
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         """A YAML file to download (in the temp export dir) and the shell lines that run it."""

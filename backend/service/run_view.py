@@ -35,6 +35,7 @@ class RunView:
     # The run's own stop-on-NaN setting while it trains; None: not a training run's, the
     # page's checkbox keeps its value (the setting for the next start).
     stop_on_nan: bool | None = None
+    resumable: bool = False  # stopped or failed with a complete checkpoint: Resume can act
     unchanged: bool = False
 
 
@@ -52,7 +53,15 @@ def unchanged_view(snapshot: RunSnapshot, version: tuple) -> RunView:
     return RunView(snapshot.run.id, version=version, active=snapshot.run.active, unchanged=True)
 
 
-def run_view(snapshot: RunSnapshot, version: tuple, locale: str = "en", cause: str = "", fix: str = "", download: Path | None = None) -> RunView:
+def run_view(
+    snapshot: RunSnapshot,
+    version: tuple,
+    locale: str = "en",
+    cause: str = "",
+    fix: str = "",
+    download: Path | None = None,
+    resumable: bool = False,
+) -> RunView:
     run = snapshot.run
     return RunView(
         run.id,
@@ -67,6 +76,7 @@ def run_view(snapshot: RunSnapshot, version: tuple, locale: str = "en", cause: s
         version=version,
         active=run.active,
         stop_on_nan=run.stop_on_nan if run.active else None,
+        resumable=resumable,
     )
 
 
