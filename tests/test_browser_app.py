@@ -296,6 +296,18 @@ def test_the_language_switch_relabels_the_page(app_server, page_of) -> None:
 
 
 @pytest.mark.timeout(600)
+def test_the_doctor_report_follows_the_language_switch(app_server, page_of) -> None:
+    page = page_of("en-US", editable=False)
+    page.get_by_role("tab", name=translate("tab.doctor", "en")).click()
+    page.locator("#doctor-run").click()
+    wait_for_text(page, "#doctor-report", translate("doctor.check", "en"), timeout_ms=180_000)
+    page.locator("#language label", has_text="中文").click()
+    report = wait_for_text(page, "#doctor-report", translate("doctor.check", "zh-CN"))
+    assert translate("doctor.saw", "zh-CN") in report
+    page.locator("#language label", has_text="English").click()
+    wait_for_text(page, "#doctor-report", translate("doctor.saw", "en"))
+
+
 def test_a_run_whose_model_vanished_fails_with_the_cause_in_words(app_server, page_of, tmp_path: Path) -> None:
     # The form refuses a model path that does not exist, so the model is taken away after
     # the run was accepted: the trainer finds nothing at the path.

@@ -35,7 +35,7 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
                 build_import_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
-                build_doctor_tab(board, texts, locale_state)
+                build_doctor_tab(board, texts, locale_state, language)
         # The table was filled when the page was built: each visit shows the runs on disk now.
         runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
         strategy = train.fields["dist_strategy"]

@@ -7,15 +7,23 @@ from typing import Any
 import gradio as gr
 
 from backend import view
+from backend.i18n import translate
 from backend.service import RocBoard
 from ui.widgets import Texts
 
 
-def build_doctor_tab(board: RocBoard, texts: Texts, locale_state: Any) -> None:
+def build_doctor_tab(board: RocBoard, texts: Texts, locale_state: Any, language: Any) -> None:
     run_button = texts.value(gr.Button(texts("button.run_doctor"), elem_id="doctor-run"), "button.run_doctor")
     report = gr.Markdown(texts("doctor.hint"), elem_id="doctor-report")
+    checked = gr.State(False)  # whether this tab shows the checks (else the hint)
 
     def on_run(locale: str):
-        return view.checks_markdown(board.doctor_checks(refresh=True), locale)
+        return view.checks_markdown(board.doctor_checks(refresh=True), locale), True
 
-    run_button.click(on_run, locale_state, report)
+    run_button.click(on_run, locale_state, [report, checked])
+
+    def relabel(locale: str, shown: bool):
+        """The report in the new language: the checks already gathered (no new probe), or the hint."""
+        return view.checks_markdown(board.doctor_checks(), locale) if shown else translate("doctor.hint", locale)
+
+    language.change(relabel, [language, checked], report, show_progress="hidden")
