@@ -211,7 +211,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     def field_updates(findings, locale: str = "en") -> list[Any]:
         messages = view.field_messages(findings, ALL_FIELDS, locale)
-        return [gr.update(info=messages[name] or None) for name in ALL_FIELDS]
+        # "" clears a warning; None would mean "leave it", and the old warning would stay.
+        return [gr.update(info=messages[name] or "") for name in ALL_FIELDS]
 
     def editing_of(mode_value: Any) -> bool:
         return not isinstance(mode_value, dict) or bool(mode_value.get("editing", True))

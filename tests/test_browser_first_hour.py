@@ -1,0 +1,659 @@
+"""A person's first hour with the page, in headless Chromium, in English and in Chinese.
+
+What the page promises someone new to it: the form shows the settings of the run on screen
+(read-only, with "New run from these settings"); nothing on the page is stale (a warning, the
+YAML preview and the estimate follow the fields without pressing Preview or Estimate, and the
+status says "starting" the moment Start is pressed); Start, Stop and Resume are always at hand
+and only usable when they act; "Load into the form" merges a YAML into the form and says what
+it set and reset; "Apply fixes" writes what `app.py check --fix` writes; a dataset with a
+wrong column is refused before anything is launched; the new training fields are labelled in
+the page's language.
+
+One app server for the module; each test opens its own browser context with the browser's
+language set ("en-US" or "zh-CN": the page picks it). Every word is looked up with
+`translate()`. Runs are real LLaMA-Factory runs of the offline CPU demo model, kept few: two
+short finished runs shared by the tests that need them, and one long run per language that is
+stopped. Tests wait for states, never for a time.
+
+The order of the file matters in one place: the first test looks at the page before any run
+exists, so it runs before the tests that start runs (pytest keeps the file's order).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from backend.config import schema
+from backend.i18n import translate
+from backend.service import demo_form
+from tests.harness import AppServer, kill_tree, trainer_process, wait_until
+
+pytestmark = pytest.mark.browser
+
+UI_TIMEOUT_MS = 60_000
+RUN_TIMEOUT_S = 420
+VIEWPORT = {"width": 1400, "height": 1000}
+LOCALES = {"en-US": "en", "zh-CN": "zh-CN"}  # the browser's language -> the app's locale key
+IDS = schema.element_ids()
+DEMO = demo_form()
+NEW_FIELDS = ("warmup_ratio", "warmup_steps", "lr_scheduler_type", "optim", "seed", "max_samples")
+
+OLDER_RUN = {"max_steps": 4, "run_name": "first-hour-older"}
+NEWER_RUN = {"max_steps": 3, "run_name": "first-hour-newer"}
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_server(demo_assets, tmp_path_factory):
+    server = AppServer(workdir=tmp_path_factory.mktemp("first-hour-app")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page_in(chromium, app_server):
+    """Opens a tab on the module's app with the browser's language set; closes it afterwards."""
+    contexts = []
+
+    def opener(browser_locale: str):
+        context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(f"{app_server.url}/?__theme=light")
+        page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+        locale = LOCALES[browser_locale]
+        # The page speaks the browser's language once its load event has relabelled it.
+        page.wait_for_function(
+            "(text) => document.querySelector('#start').innerText.trim() === text", arg=translate("button.start", locale), timeout=UI_TIMEOUT_MS
+        )
+        wait_until_idle(page)
+        return page
+
+    yield opener
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def finished_runs(app_server, chromium):
+    """Two short demo runs started through the page (different max steps and run names), both
+    finished: {"older": run_id, "newer": run_id}. The newer one is the newest run on disk."""
+    context = chromium.new_context(locale="en-US", color_scheme="light", viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(f"{app_server.url}/?__theme=light")
+        page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+        wait_until_idle(page)
+        older = start_through_page(app_server, page, **OLDER_RUN)
+        wait_for_finished(page, older, "en")
+        newer = start_through_page(app_server, page, **NEWER_RUN)
+        wait_for_finished(page, newer, "en")
+    finally:
+        context.close()
+    return {"older": older, "newer": newer}
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def plain(markdown: str) -> str:
+    """What a person reads of one of the page's Markdown lines: no emphasis or code marks, no
+    backslash escapes, whitespace folded."""
+    text = re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", ""))
+    return " ".join(text.split())
+
+
+def folded(text: str) -> str:
+    return " ".join(text.split())
+
+
+def wait_until_idle(page) -> None:
+    page.wait_for_function("() => document.querySelectorAll('.wrap.default.full:not(.hide)').length === 0", timeout=UI_TIMEOUT_MS, polling=200)
+
+
+def text_of(page, selector: str) -> str:
+    return page.locator(selector).first.inner_text()
+
+
+def wait_for_text(page, selector: str, *needles: str, timeout_ms: int = UI_TIMEOUT_MS) -> str:
+    """Until the element's visible text (whitespace folded) holds any of `needles`."""
+    page.wait_for_function(
+        """([selector, needles]) => { const e = document.querySelector(selector); if (!e) return false;
+            const text = e.innerText.split(/\\s+/).join(' '); return needles.some(n => text.includes(n)); }""",
+        arg=[selector, [folded(n) for n in needles]],
+        timeout=timeout_ms,
+        polling=250,
+    )
+    return text_of(page, selector)
+
+
+def wait_for_text_gone(page, selector: str, needle: str, timeout_ms: int = UI_TIMEOUT_MS) -> str:
+    """Until the element's visible text no longer holds `needle`; AssertionError with what it
+    still shows after `timeout_ms`."""
+    try:
+        page.wait_for_function(
+            """([selector, needle]) => { const e = document.querySelector(selector);
+                return !!e && !e.innerText.split(/\\s+/).join(' ').includes(needle); }""",
+            arg=[selector, folded(needle)],
+            timeout=timeout_ms,
+            polling=250,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(f"{selector} still shows {needle!r} after {timeout_ms / 1000:.0f} s: {text_of(page, selector)!r}") from None
+    return text_of(page, selector)
+
+
+def field(page, name: str):
+    """The text box of a form field (an <input>, or a <textarea> for a text field)."""
+    element_id = IDS[name]
+    return page.locator(f"#{element_id} input, #{element_id} textarea").first
+
+
+def fill(page, name: str, value: str) -> None:
+    field(page, name).fill(value)
+
+
+def wait_for_value(page, name: str, value: str) -> None:
+    element_id = IDS[name]
+    page.wait_for_function(
+        "([id, value]) => { const e = document.querySelector(`#${id} input, #${id} textarea`); return !!e && e.value === value; }",
+        arg=[element_id, value],
+        timeout=UI_TIMEOUT_MS,
+        polling=200,
+    )
+
+
+def wait_until_editable(page) -> None:
+    page.wait_for_function(
+        "() => { const e = document.querySelector('#run-name input, #run-name textarea'); return !!e && !e.disabled; }", timeout=UI_TIMEOUT_MS, polling=200
+    )
+
+
+def editable_form(page) -> None:
+    """Makes the form editable ("New run from these settings" when it shows a run)."""
+    page.wait_for_selector("#form-mode", timeout=UI_TIMEOUT_MS)
+    if page.locator("#new-run").is_visible():
+        page.locator("#new-run").click()
+    wait_until_editable(page)
+    wait_until_idle(page)
+
+
+def wait_for_button(page, element_id: str, enabled: bool) -> bool:
+    """Waits until the button is (not) disabled; returns whether it got there."""
+    try:
+        page.wait_for_function(
+            "([id, enabled]) => { const b = document.querySelector('#' + id); return !!b && b.disabled === !enabled; }",
+            arg=[element_id, enabled],
+            timeout=UI_TIMEOUT_MS,
+            polling=200,
+        )
+        return True
+    except PlaywrightTimeout:
+        return False
+
+
+def run_ids(server) -> set[str]:
+    return {state["id"] for state in server.runs()}
+
+
+def run_dirs(server) -> set[str]:
+    return {path.name for path in server.runs_dir.iterdir()} if server.runs_dir.exists() else set()
+
+
+def start_through_page(server, page, max_steps: int, run_name: str) -> str:
+    """Fills max steps and run name into an editable form, presses Start; the new run's id."""
+    editable_form(page)
+    before = run_ids(server)
+    fill(page, "max_steps", str(max_steps))
+    fill(page, "run_name", run_name)
+    wait_until_idle(page)
+    page.locator("#start").click()
+    state = wait_until(lambda: next((s for s in server.runs() if s["id"] not in before), None), 180, what=f"the run {run_name!r} to appear")
+    return state["id"]
+
+
+def wait_for_finished(page, run_id: str, locale: str) -> str:
+    wait_for_text(page, "#status", run_id, timeout_ms=120_000)
+    ends = [translate(f"state.{state}", locale) for state in ("finished", "failed", "stopped")]
+    status = wait_for_text(page, "#status", *ends, timeout_ms=RUN_TIMEOUT_S * 1000)
+    assert translate("state.finished", locale) in status, status
+    return status
+
+
+def open_tab(page, key: str, locale: str) -> None:
+    page.get_by_role("tab", name=translate(key, locale)).click()
+
+
+def train_tab_selected(page, locale: str) -> bool:
+    return page.get_by_role("tab", name=translate("tab.train", locale)).get_attribute("aria-selected") == "true"
+
+
+def set_code(page, selector: str, text: str) -> None:
+    """Types `text` into an empty CodeMirror editor as a paste would."""
+    page.wait_for_selector(f"{selector} .cm-content", timeout=UI_TIMEOUT_MS)
+    page.locator(f"{selector} .cm-content").click()
+    page.keyboard.insert_text(text)
+
+
+def code_text(page, selector: str) -> str:
+    return page.evaluate("(sel) => document.querySelector(sel + ' .cm-content')?.innerText ?? ''", selector)
+
+
+def pick_dropdown(page, element_id: str, option: str) -> None:
+    """Chooses `option` (its shown text) in a Gradio dropdown."""
+    page.locator(f"#{element_id} input").click()
+    page.locator(f"#{element_id} ul.options li", has_text=option).first.click()
+
+
+# Records, from before Start is pressed, every text the status line shows, any "processing |"
+# overlay text that shows up in the form's column, and every value of the run name field: a
+# state seen once is kept, however briefly it was on screen.
+RECORD_START_JS = """() => {
+    const start = document.querySelector('#start');
+    let column = document.querySelector('#run-name');
+    while (column && !column.contains(start)) column = column.parentElement;
+    const record = {statuses: [], overlays: [], runNames: [], column: !!column};
+    const look = () => {
+        const status = document.querySelector('#status')?.innerText ?? '';
+        if (record.statuses[record.statuses.length - 1] !== status) record.statuses.push(status);
+        // The element (by its id) that shows it, once per element: the seconds count on.
+        if (column && /processing \\|/.test(column.innerText)) {
+            for (const wrap of column.querySelectorAll('.wrap')) {
+                // A hidden tracker's innerText is its textContent: only one a person sees counts.
+                const shown = wrap.checkVisibility({checkOpacity: true, checkVisibilityCSS: true}) && wrap.getClientRects().length > 0;
+                if (!shown || !/processing \\|/.test(wrap.innerText)) continue;
+                const owner = wrap.closest('[id]')?.id ?? '?';
+                if (!record.overlays.some(o => o.startsWith(owner + ': '))) record.overlays.push(owner + ': ' + wrap.innerText.split(/\\s+/).join(' ').trim());
+            }
+        }
+        const name = document.querySelector('#run-name input, #run-name textarea')?.value;
+        if (record.runNames[record.runNames.length - 1] !== name) record.runNames.push(name);
+    };
+    look();
+    window.__firstHourObserver = new MutationObserver(look);
+    window.__firstHourObserver.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+    window.__firstHourRecord = record;
+}"""
+
+STOP_RECORDING_JS = """() => { window.__firstHourObserver?.disconnect(); return window.__firstHourRecord; }"""
+
+
+def stop_trainers(server) -> None:
+    for state in server.runs():
+        process = trainer_process(state)
+        if process is not None:
+            kill_tree(process)
+
+
+# --- 3a. buttons at hand, before any run -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_start_stays_in_view_and_stop_resume_are_off_before_any_run(app_server, page_in, browser_locale) -> None:
+    assert app_server.runs() == [], "this test looks at a page with no run yet: it must run before the tests that start runs"
+    page = page_in(browser_locale)
+    assert wait_for_button(page, "start", enabled=True), "Start is not usable on a new page"
+    assert wait_for_button(page, "stop", enabled=False) and page.locator("#stop").is_disabled()
+    assert page.locator("#resume").is_disabled()
+
+    def start_in_view(where: str) -> None:
+        box = page.locator("#start").bounding_box()
+        assert box is not None, f"{where}: Start is not rendered"
+        assert box["y"] >= 0 and box["y"] + box["height"] <= VIEWPORT["height"], f"{where}: Start is outside the window: {box}"
+
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.wait_for_function("() => window.scrollY === 0", timeout=UI_TIMEOUT_MS)
+    start_in_view("at the top")
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height > VIEWPORT["height"] + 200, f"the page is only {height} px high: scrolling proves nothing"
+    middle = page.evaluate("() => Math.round((document.documentElement.scrollHeight - window.innerHeight) / 2)")
+    page.evaluate("(y) => window.scrollTo(0, y)", middle)
+    page.wait_for_function("(y) => Math.abs(window.scrollY - y) <= 2", arg=middle, timeout=UI_TIMEOUT_MS)
+    start_in_view(f"scrolled to {middle} px")
+
+
+# --- 2. nothing stale --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_a_bad_learning_rate_is_flagged_at_once_and_the_flag_goes_when_fixed(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    editable_form(page)
+    mark = "⚠"
+    problem = translate("word.problem", locale)
+    assert mark not in text_of(page, "#learning-rate")
+
+    fill(page, "learning_rate", "-1")  # no Preview, no Estimate: only the field changes
+    info = wait_for_text(page, "#learning-rate", mark)
+    assert "-1" in info and "(0, 1]" in info, info
+    findings = wait_for_text(page, "#findings", "learning_rate")
+    assert problem in findings and "(0, 1]" in findings, findings
+    assert page.locator("#learning-rate", has_text=mark).is_visible()
+
+    fill(page, "learning_rate", "0.0001")
+    assert "learning_rate" not in wait_for_text_gone(page, "#findings", "learning_rate")
+    # The field's own warning goes too (the value under it is fine now).
+    assert "(0, 1]" not in wait_for_text_gone(page, "#learning-rate", mark)
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_the_yaml_preview_follows_the_dataset_field(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    editable_form(page)
+    page.locator(".label-wrap", has_text=translate("accordion.preview", locale)).first.click()
+    page.wait_for_selector("#preview-yaml .cm-content", state="visible", timeout=UI_TIMEOUT_MS)
+    page.wait_for_function(
+        "(ds) => (document.querySelector('#preview-yaml .cm-content')?.innerText ?? '').includes('dataset: ' + ds)", arg=DEMO["dataset"], timeout=UI_TIMEOUT_MS
+    )
+
+    fill(page, "dataset", "first_hour_other")
+    page.wait_for_function(
+        "() => (document.querySelector('#preview-yaml .cm-content')?.innerText ?? '').includes('dataset: first_hour_other')", timeout=UI_TIMEOUT_MS
+    )
+    assert not re.search(rf"^dataset: {DEMO['dataset']}$", code_text(page, "#preview-yaml"), re.MULTILINE)
+
+    fill(page, "dataset", DEMO["dataset"])
+    page.wait_for_function(
+        "(ds) => { const t = document.querySelector('#preview-yaml .cm-content')?.innerText ?? ''; return t.includes('dataset: ' + ds) && !t.includes('first_hour_other'); }",
+        arg=DEMO["dataset"],
+        timeout=UI_TIMEOUT_MS,
+    )
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_the_estimate_follows_the_preset(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    editable_form(page)
+    title = translate("estimate.title", locale)
+    assert "24 GiB" not in wait_for_text(page, "#estimate", title)
+
+    pick_dropdown(page, IDS["preset"], "RX 7900 XTX")
+    page.wait_for_function("() => document.querySelector('#preset input').value.includes('RX 7900 XTX')", timeout=UI_TIMEOUT_MS)
+    assert "24 GiB" in wait_for_text(page, "#estimate", "24 GiB")
+
+    pick_dropdown(page, IDS["preset"], "CPU demo")
+    page.wait_for_function("() => document.querySelector('#preset input').value.includes('CPU demo')", timeout=UI_TIMEOUT_MS)
+    estimate = wait_for_text_gone(page, "#estimate", "24 GiB")
+    assert title in estimate, estimate
+
+
+# --- 6. an estimate on the CPU demo -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_the_cpu_demo_gets_an_estimate(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    assert "CPU demo" in page.locator("#preset input").input_value()
+    estimate = wait_for_text(page, "#estimate", translate("estimate.title", locale), plain(translate("estimate.unknown", locale)))
+    assert plain(translate("estimate.unknown", locale)) not in folded(estimate), estimate
+    assert translate("estimate.title", locale) in estimate
+
+
+# --- 8. the new fields ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_the_new_training_fields_are_there_with_labels_in_the_pages_language(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    for name in NEW_FIELDS:
+        element = page.locator(f"#{IDS[name]}")
+        assert element.count() == 1, f"no #{IDS[name]} on the page"
+        assert element.is_visible(), f"#{IDS[name]} is not shown"
+        label = translate(f"label.{name}", locale)
+        assert label in folded(element.inner_text()), f"#{IDS[name]} is not labelled {label!r}: {element.inner_text()!r}"
+
+
+# --- 4. import into the form is a merge ----------------------------------------------------------------
+
+
+def epochs_only_yaml() -> str:
+    return (
+        f"model_name_or_path: {DEMO['model_path']}\n"
+        "stage: sft\n"
+        "do_train: true\n"
+        "finetuning_type: lora\n"
+        "dataset: demo\n"
+        "template: llama3\n"
+        "num_train_epochs: 3.0\n"
+    )
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_load_into_the_form_sets_what_the_yaml_has_and_resets_the_rest(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    editable_form(page)
+    fill(page, "max_steps", "100")
+    wait_for_value(page, "max_steps", "100")
+
+    open_tab(page, "tab.import_export", locale)
+    set_code(page, "#import-yaml", epochs_only_yaml())
+    page.wait_for_function("() => document.querySelector('#import-yaml .cm-content').innerText.includes('num_train_epochs: 3.0')", timeout=UI_TIMEOUT_MS)
+    page.locator("#load-into-form").click()
+
+    notice = wait_for_text(page, "#form-notice", plain(translate("import.loaded_set", locale)))
+    assert page.locator("#run-name").is_visible() and train_tab_selected(page, locale), "Load into the form did not switch to the Train tab"
+    assert plain(translate("import.loaded_set", locale)) in folded(notice), notice
+    assert plain(translate("import.loaded_reset", locale)) in folded(notice), notice
+    wait_for_value(page, "max_steps", "0")
+    wait_for_value(page, "num_train_epochs", "3")
+    assert field(page, "max_steps").input_value() == "0"
+    assert field(page, "num_train_epochs").input_value() == "3"
+    assert field(page, "max_steps").is_enabled()
+
+
+# --- 5. Apply fixes is `app.py check --fix` --------------------------------------------------------------
+
+
+def commented_yaml() -> str:
+    return (
+        "# my notes\n"
+        f"model_name_or_path: {DEMO['model_path']}\n"
+        "stage: sft\n"
+        "do_train: true\n"
+        "finetuning_type: lora\n"
+        "dataset: demo  # keep\n"
+        f"dataset_dir: {DEMO['dataset_dir']}\n"
+        "template: llama3\n"
+        "compute_type: bf16\n"
+        "max_steps: 3\n"
+    )
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_apply_fixes_gives_what_the_check_cli_writes(app_server, page_in, browser_locale, tmp_path: Path) -> None:
+    from backend.check_cli import main as check_main
+
+    locale = LOCALES[browser_locale]
+    source, target = tmp_path / "train.yaml", tmp_path / "train.fixed.yaml"
+    source.write_text(commented_yaml(), encoding="utf-8")
+    check_main([str(source), "--preset", DEMO["preset"], "--fix", "--no-llamafactory", "--output", str(target)], out=io.StringIO())
+    expected = target.read_text(encoding="utf-8")
+    assert "compute_type" not in expected  # the CLI did fix something: the comparison means something
+
+    page = page_in(browser_locale)
+    assert "CPU demo" in page.locator("#preset input").input_value()
+    open_tab(page, "tab.import_export", locale)
+    set_code(page, "#import-yaml", commented_yaml())
+    page.wait_for_function("() => document.querySelector('#import-yaml .cm-content').innerText.includes('max_steps: 3')", timeout=UI_TIMEOUT_MS)
+    page.locator("#apply-fixes").click()
+    page.wait_for_function("() => !document.querySelector('#import-yaml .cm-content').innerText.includes('compute_type')", timeout=UI_TIMEOUT_MS)
+    fixed = code_text(page, "#import-yaml")
+    assert "# my notes" in fixed and "# keep" in fixed, fixed
+    assert fixed.rstrip() == expected.rstrip(), f"the page:\n{fixed}\n--- app.py check --fix:\n{expected}"
+
+
+# --- 7. a wrong column fails before launch -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_a_dataset_without_its_output_column_is_refused_before_launch(app_server, page_in, browser_locale, tmp_path: Path) -> None:
+    locale = LOCALES[browser_locale]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset_info.json").write_text(json.dumps({"bad": {"file_name": "bad.json"}}), encoding="utf-8")
+    rows = [{"instruction": f"Say {i}", "input": "", "answer": str(i)} for i in range(3)]
+    (data / "bad.json").write_text(json.dumps(rows), encoding="utf-8")
+
+    page = page_in(browser_locale)
+    editable_form(page)
+    fill(page, "dataset_dir", str(data))
+    fill(page, "dataset", "bad")
+    fill(page, "run_name", "first-hour-bad-column")
+    wait_until_idle(page)
+    before_states, before_dirs = run_ids(app_server), run_dirs(app_server)
+
+    page.evaluate(RECORD_START_JS)
+    page.locator("#start").click()
+    starting = plain(translate("status.starting", locale))
+    # Start was taken (the status said so), then given back: the checks refused it.
+    page.wait_for_function(
+        "(text) => window.__firstHourRecord.statuses.some(s => s.split(/\\s+/).join(' ').includes(text))", arg=starting, timeout=UI_TIMEOUT_MS
+    )
+    assert wait_for_button(page, "start", enabled=True), "Start stayed disabled after the refused start"
+    record = page.evaluate(STOP_RECORDING_JS)
+    findings = wait_for_text(page, "#findings", "'output'")
+    assert "'answer'" in findings and "'bad'" in findings, findings
+    assert translate("word.problem", locale) in findings, findings
+    assert run_ids(app_server) == before_states, f"a run was created: {run_ids(app_server) - before_states}"
+    assert run_dirs(app_server) == before_dirs, f"a run directory appeared: {run_dirs(app_server) - before_dirs}"
+    assert starting not in folded(text_of(page, "#status")), f"the status still says starting after the refusal: {record['statuses']}"
+
+
+# --- 1. the form follows the run shown ------------------------------------------------------------------------
+
+
+def newest_run_id(server) -> str:
+    states = sorted(server.runs(), key=lambda s: (s.get("created", ""), s.get("id", "")), reverse=True)
+    return states[0]["id"]
+
+
+def assert_form_shows(page, run: dict, editable: bool) -> None:
+    wait_for_value(page, "max_steps", str(run["max_steps"]))
+    wait_for_value(page, "run_name", run["run_name"])
+    for name in ("max_steps", "run_name", "learning_rate", "dataset", "dataset_dir", "preset", "seed"):
+        box = field(page, name)
+        assert box.is_enabled() is editable, f"{name}: {'disabled' if editable else 'editable'} while the form should be {'editable' if editable else 'read-only'}"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_a_fresh_page_shows_the_last_runs_settings_read_only_until_new_run(app_server, finished_runs, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    run_id = finished_runs["newer"]
+    assert newest_run_id(app_server) == run_id, "another run is newer than the fixture's: the file's order was changed"
+    page = page_in(browser_locale)
+
+    mode = wait_for_text(page, "#form-mode", run_id)
+    assert plain(translate("form.mode_run", locale, run_id=run_id)) in folded(mode), mode
+    assert_form_shows(page, NEWER_RUN, editable=False)
+    assert page.locator("#new-run").is_visible()
+    assert page.locator("#new-run").inner_text().strip() == translate("button.new_run", locale)
+    assert wait_for_button(page, "start", enabled=False), "Start is usable while the form shows a finished run read-only"
+    assert translate("state.finished", locale) in wait_for_text(page, "#status", run_id)
+
+    page.locator("#new-run").click()
+    wait_until_editable(page)
+    assert_form_shows(page, NEWER_RUN, editable=True)
+    assert wait_for_button(page, "start", enabled=True), "Start is not usable after New run from these settings"
+    mode = wait_for_text(page, "#form-mode", plain(translate("form.mode_new_from", locale, run_id=run_id)))
+    assert run_id in mode
+    page.wait_for_selector("#new-run", state="hidden", timeout=UI_TIMEOUT_MS)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_opening_a_run_from_the_runs_tab_shows_that_runs_settings(app_server, finished_runs, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    older, newer = finished_runs["older"], finished_runs["newer"]
+    page = page_in(browser_locale)
+    wait_for_text(page, "#form-mode", newer)  # a fresh page opens on the newest run...
+    wait_for_value(page, "max_steps", str(NEWER_RUN["max_steps"]))
+
+    open_tab(page, "tab.runs", locale)  # ...and the Runs tab opens the older one
+    try:
+        wait_for_text(page, "#runs-table", older, timeout_ms=30_000)
+    except PlaywrightTimeout:  # the first visit's refresh did not arrive: a second visit must show it
+        open_tab(page, "tab.train", locale)
+        open_tab(page, "tab.runs", locale)
+        wait_for_text(page, "#runs-table", older)
+    pick_dropdown(page, "runs-chosen", older)
+    page.wait_for_selector(f"#runs-chosen .token:has-text('{older}')", timeout=UI_TIMEOUT_MS)
+    page.locator("#runs-table").click()  # closes the option list
+    page.locator("#runs-open").click()
+
+    page.wait_for_function(
+        "(name) => [...document.querySelectorAll('[role=tab]')].some(t => t.innerText.trim() === name && t.getAttribute('aria-selected') === 'true')",
+        arg=translate("tab.train", locale),
+        timeout=UI_TIMEOUT_MS,
+    )
+    mode = wait_for_text(page, "#form-mode", older)
+    assert plain(translate("form.mode_run", locale, run_id=older)) in folded(mode), mode
+    assert newer not in mode
+    assert_form_shows(page, OLDER_RUN, editable=False)
+    assert older in wait_for_text(page, "#status", older)
+
+
+# --- 3b. buttons while a run trains -----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_while_a_run_trains_only_stop_is_usable_and_the_form_shows_no_spinner(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    editable_form(page)
+    run_name = f"first-hour-long-{locale}"
+    fill(page, "max_steps", "2000")  # long enough that it surely still trains when stopped
+    fill(page, "run_name", run_name)
+    wait_until_idle(page)
+    before = run_ids(app_server)
+    running = translate("state.running", locale)
+    starting = plain(translate("status.starting", locale))
+    try:
+        page.evaluate(RECORD_START_JS)
+        page.locator("#start").click()
+        state = wait_until(lambda: next((s for s in app_server.runs() if s["id"] not in before), None), 180, what="the run directory to appear")
+        run_id = state["id"]
+        wait_for_text(page, "#status", run_id, timeout_ms=120_000)
+        status = wait_for_text(page, "#status", running, translate("state.failed", locale), translate("state.finished", locale), timeout_ms=RUN_TIMEOUT_S * 1000)
+        record = page.evaluate(STOP_RECORDING_JS)
+        assert running in status, status
+
+        # Right after Start, before the run existed: the status said "starting".
+        said_starting = [i for i, s in enumerate(record["statuses"]) if starting in folded(s)]
+        assert said_starting, f"the status never said {starting!r}: {record['statuses']}"
+        shown_run = [i for i, s in enumerate(record["statuses"]) if run_id in s]
+        assert not shown_run or said_starting[0] < shown_run[0], f"'starting' came only after the run was shown: {record['statuses']}"
+        # While LLaMA-Factory checked the settings: no progress overlay on the form, the run name kept.
+        assert record["column"], "the form's column was not found"
+        assert record["overlays"] == [], f"the form showed Gradio's progress overlay: {sorted(set(record['overlays']))}"
+        assert record["runNames"] == [run_name], f"the run name field changed while starting: {record['runNames']}"
+        assert field(page, "run_name").input_value() == run_name
+
+        assert wait_for_button(page, "stop", enabled=True), "Stop is not usable while the run trains"
+        assert wait_for_button(page, "start", enabled=False), "Start is usable while a run trains"
+        assert running in text_of(page, "#status"), "the run is no longer training: the button check proves nothing"
+
+        page.locator("#stop").click()
+        ends = [translate(f"state.{s}", locale) for s in ("stopped", "failed", "finished")]
+        status = wait_for_text(page, "#status", *ends, timeout_ms=120_000)
+        assert translate("state.stopped", locale) in status, status
+        assert wait_for_button(page, "stop", enabled=False), "Stop is still usable after the run stopped"
+    finally:
+        stop_trainers(app_server)
