@@ -657,3 +657,73 @@ def test_while_a_run_trains_only_stop_is_usable_and_the_form_shows_no_spinner(ap
         assert wait_for_button(page, "stop", enabled=False), "Stop is still usable after the run stopped"
     finally:
         stop_trainers(app_server)
+
+
+# --- the runs table sorts by value ---------------------------------------------------------------
+
+SORTED_RATES = (1e-5, 2e-4, 5e-3)  # as text: "0.0002" < "0.005" < "1e-05"
+
+
+@pytest.fixture
+def server_with_three_runs(tmp_path):
+    """An app over three hand-built finished runs (laid out as LLaMA-Factory writes them, see
+    tests/test_resume.py) whose learning rates sort differently as numbers and as text."""
+    import time
+
+    import yaml
+
+    from backend.runs import CONFIG_FILE, RunStore
+    from tests.test_resume import make_run
+
+    store = RunStore(tmp_path / "runs")
+    for logged, rate in ((13, SORTED_RATES[1]), (5, SORTED_RATES[0]), (20, SORTED_RATES[2])):
+        run_id = make_run(store, state="finished", logged=logged)
+        config_path = store.run_dir(run_id) / CONFIG_FILE
+        config = yaml.safe_load(config_path.read_text())
+        config["learning_rate"] = rate
+        config_path.write_text(yaml.safe_dump(config))
+        time.sleep(1.05)  # run ids are to the second
+    server = AppServer(workdir=tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_the_runs_table_sorts_learning_rates_as_numbers(server_with_three_runs, chromium, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(f"{server_with_three_runs.url}/?__theme=light")
+        page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
+        page.get_by_role("tab", name=translate("tab.runs", locale)).click()
+        header = translate("runs.column.learning_rate", locale)
+        column_js = "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0).findIndex(t => t.innerText.includes(header))"
+        page.wait_for_function(f"(header) => ({column_js})(header) >= 0", arg=header, timeout=UI_TIMEOUT_MS)
+        column = page.evaluate(column_js, header)
+        rates_js = f"() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.getBoundingClientRect().height > 0).map(r => r.children[{column}]?.innerText.trim()).filter(t => t)"
+        page.wait_for_function(f"() => ({rates_js})().length >= 3", timeout=UI_TIMEOUT_MS)
+        # Gradio's column menu: the header's ⋮ button, then "Sort ascending" (Gradio's own
+        # words, in the browser's language). The menu can miss a click made while the table
+        # is still being redrawn: opened again until it shows.
+        sort_ascending = page.locator("button:visible", has_text=re.compile("Sort ascending|升序排序"))
+
+        def menu_open() -> bool:
+            page.evaluate(
+                "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0 && t.innerText.includes(header))[0].querySelector('.cell-menu-button').click()",
+                header,
+            )
+            try:
+                sort_ascending.first.wait_for(timeout=5_000)
+            except PlaywrightTimeout:
+                return False
+            return True
+
+        wait_until(menu_open, UI_TIMEOUT_MS / 1000, interval=0.5, what="the column menu to open")
+        sort_ascending.first.click()
+        expected = [f"{rate:g}" for rate in SORTED_RATES]
+        page.wait_for_function(f"(expected) => JSON.stringify(({rates_js})().slice(-3)) === JSON.stringify(expected)", arg=expected, timeout=UI_TIMEOUT_MS)
+    finally:
+        context.close()

@@ -226,3 +226,17 @@ def test_history_headers_are_translated_in_both_locales():
     assert history_headers("en") == list(HISTORY_HEADERS) and len(HISTORY_COLUMNS) == len(HISTORY_HEADERS)
     zh = history_headers("zh-CN")
     assert "学习率" in zh and "数据集" in zh and len(set(zh)) == len(zh)
+
+
+def test_cells_sort_by_numbers_where_the_table_shows_numbers(store):
+    from backend.runs.history import summaries_sort_values
+
+    add_run(store, "done", "finished", log_text(list(range(1, 31)), 30), started_at=100.0, ended_at=165.0)
+    summaries = summarize_runs(store)
+    shown, values = summaries_table(summaries), summaries_sort_values(summaries)
+    assert len(values[0]) == len(shown[0]) == len(HISTORY_HEADERS)
+    value = dict(zip(HISTORY_HEADERS, values[0]))
+    assert value["Steps"] == 30 and value["Last loss"] == pytest.approx(4.7) and value["Duration"] == pytest.approx(65.0)
+    # A NaN loss is shown as "nan" but sorts as no value (JSON has no NaN).
+    nan = history.RunSummary(**{**summaries[0].__dict__, "last_loss": float("nan")})
+    assert summaries_sort_values([nan])[0][HISTORY_HEADERS.index("Last loss")] is None

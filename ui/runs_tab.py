@@ -24,12 +24,14 @@ RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}
 RUNS_COLUMN_WIDTHS = ["145px", "75px", "85px", "105px", "75px", "70px", "100px", "88px", "105px", "75px", "75px", "65px", "150px"]
 
 
-def runs_table(board: RocBoard, locale: str) -> Any:
-    """The runs as a table whose headers are in the page's language (a DataFrame carries its
-    headers, so one update redraws both)."""
-    import pandas as pd
-
-    return pd.DataFrame(board.history_rows(locale), columns=board.history_headers(locale))
+def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:
+    """The runs as a table whose headers are in the page's language. Each cell shows its words
+    and sorts by its value (Gradio's display_value): learning rates, losses and steps as
+    numbers, not as text. One update redraws headers and cells."""
+    headers, shown, values = board.history_table(locale)
+    if not values:
+        return {"headers": headers, "data": [], "metadata": None}
+    return {"headers": headers, "data": values, "metadata": {"display_value": shown, "styling": [[""] * len(headers) for _ in shown]}}
 
 
 def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> tuple[Any, list[Any]]:

@@ -504,6 +504,37 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
     return rows
 
 
+def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
+    """What each cell of `summaries_table` sorts by: numbers where the table shows a number
+    ("1e-05" after "0.0002" as text; "13 / 30" after "5 / 30"), the ISO time for the start.
+    The page shows the table's words and sorts by these."""
+
+    def finite(value: float | None) -> float | None:
+        return value if value is not None and math.isfinite(value) else None
+
+    rows = []
+    for s in summaries:
+        length = s.max_steps if s.max_steps is not None and s.max_steps > 0 else s.epochs
+        rows.append(
+            [
+                s.id,
+                s.name,
+                s.preset,
+                short_model(s.model),
+                s.dataset,
+                s.learning_rate,
+                length,
+                s.state,
+                s.step,
+                finite(s.last_loss),
+                finite(s.best_eval_loss),
+                s.duration_s,
+                s.created,
+            ]
+        )
+    return rows
+
+
 # --- the overlay chart ----------------------------------------------------------------
 
 
@@ -562,6 +593,7 @@ __all__ = [
     "RunSettings",
     "RunSummary",
     "format_duration",
+    "summaries_sort_values",
     "format_length",
     "history_headers",
     "overlay_figure",

@@ -318,6 +318,14 @@ class RocBoard:
         self.runs()  # settle runs that ended while nobody watched
         return summaries_table(summarize_runs(self.store), locale)
 
+    def history_table(self, locale: str = "en") -> tuple[list[str], list[list[Any]], list[list[Any]]]:
+        """The runs table: headers, the words each cell shows, and the value each cell sorts by."""
+        from backend.runs.history import history_headers, summaries_sort_values, summaries_table, summarize_runs
+
+        self.runs()
+        summaries = summarize_runs(self.store)
+        return history_headers(locale), summaries_table(summaries, locale), summaries_sort_values(summaries)
+
     def overlay_figure(self, run_ids: list[str], locale: str = "en") -> dict:
         from backend.runs.history import overlay_figure
 
