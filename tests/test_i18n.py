@@ -155,7 +155,7 @@ def test_the_rule_name_reader_sees_every_checks_rule() -> None:
     # range rules live in schema.py's field table (rule="..." keywords).
     assert len(set().union(*(_rule_names_in(ROOT / module) for module in RULE_MODULES))) >= 50
     yaml_rules = _rule_names_in(ROOT / "backend" / "config" / "yaml_import.py")
-    assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-not-in-form"} <= yaml_rules
+    assert len(yaml_rules) >= 20 and {"yaml-empty", "yaml-unknown-key", "yaml-form-has-no-choice"} <= yaml_rules
     assert _rule_names_in(ROOT / "backend" / "llama_factory" / "check.py") >= {"lf-unknown-key", "lf-bad-value", "lf-rejected", "lf-timeout"}
     # check_plan names its rules through Finding.of(key, rule, ...); its unreadable numbers
     # are config.py's not-a-number.
@@ -406,7 +406,7 @@ def test_the_import_speaks_chinese_about_the_guide_mistakes() -> None:
 
     presets, _ = load_presets()
     result = import_yaml((FIXTURES / "cuda_guide_mistakes.yaml").read_text(encoding="utf-8"), presets["rx7900xtx"])
-    chinese = {f.key: translate_finding(f, "zh-CN") for f in result.findings if f.rule.startswith("yaml-") and f.rule != "yaml-not-in-form"}
+    chinese = {f.key: translate_finding(f, "zh-CN") for f in result.findings if f.rule.startswith("yaml-") and f.rule != "yaml-form-has-no-choice"}
     assert chinese["flash_attn"].problem == "YAML 会把 `flash_attn: off/false/no` 读成布尔值 false，而 LLaMA-Factory 不接受布尔值。"
     assert chinese["flash_attn"].fix == "请改写为 `flash_attn: disabled`（可选值：auto, disabled, sdpa, fa2, fa3）。"
     assert chinese["lora_rnak"].fix == "你是不是想写 `lora_rank`？请改成这个名字。"

@@ -105,8 +105,8 @@ def test_bad_choices_are_findings_and_llamafactory_only_ones_import_as_warnings(
     imported = import_yaml("model_name_or_path: /m\ndataset: a\ntemplate: llama3\nbf16: true\noptim: paged_adamw_8bit\nlr_scheduler_type: cosine_with_min_lr\n")
     mine = {f.key: f for f in imported.findings if f.key in ("optim", "lr_scheduler_type")}
     assert {key: (f.rule, f.severity) for key, f in mine.items()} == {
-        "optim": ("yaml-not-in-form", "warning"),
-        "lr_scheduler_type": ("yaml-not-in-form", "warning"),
+        "optim": ("yaml-form-has-no-choice", "warning"),
+        "lr_scheduler_type": ("yaml-form-has-no-choice", "warning"),
     }
 
 

@@ -50,7 +50,10 @@ def test_an_added_field_is_in_the_defaults_the_yaml_the_import_and_the_page(adde
     with gr.Blocks():
         widgets = build_form_fields(Texts(), {}, choices={"preset": ["cpu-demo"]})
     assert widgets["neftune_noise_alpha"].elem_id == "neftune-noise-alpha"
-    assert list(widgets) == [f.name for f in schema.page_fields()]
+    # In the schema's order, within its section's accordion (sections in order of first use).
+    sections = list(dict.fromkeys(f.section for f in schema.page_fields()))
+    assert list(widgets) == [f.name for section in sections for f in schema.page_fields() if f.section == section]
+    assert list(widgets).index("neftune_noise_alpha") > list(widgets).index("run_name")
     assert schema.element_ids()["neftune_noise_alpha"] == "neftune-noise-alpha"
 
 

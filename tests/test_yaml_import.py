@@ -117,8 +117,9 @@ CASES: list[tuple[str, dict[str, Any], str, str, str, dict[str, Any] | None]] = 
     ("run-name", {"run_name": "../../etc"}, "rx7900xtx", "run_name", "run-name-unsafe", {"run_name": "etc"}),
     ("dataset-not-listed", {"dataset": "alpaca_en_demo"}, "rx7900xtx", "dataset", "dataset-not-in-info", None),
     ("no-dataset-dir", {"dataset_dir": None}, "rx7900xtx", "dataset_dir", "dataset-dir-missing", None),
-    ("fa3-not-in-form", {"flash_attn": "fa3"}, "rx7900xtx", "flash_attn", "yaml-not-in-form", None),
-    ("deepspeed-not-in-form", {"deepspeed": "ds_z3_config.json"}, "rx7900xtx", "deepspeed", "yaml-not-in-form", None),
+    ("fa3-not-in-form", {"flash_attn": "fa3"}, "rx7900xtx", "flash_attn", "yaml-form-has-no-choice", None),
+    # Kept in Other keys, and checked there: a relative path would point into the run's folder.
+    ("deepspeed-relative", {"deepspeed": "ds_z3_config.json"}, "rx7900xtx", "other_keys", "deepspeed-file-bad", None),
 ]
 
 

@@ -27,6 +27,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
                 import_button = texts.value(gr.Button(texts("button.import"), elem_id="import-button"), "button.import")
                 fix_button = texts.value(gr.Button(texts("button.apply_fixes"), elem_id="apply-fixes"), "button.apply_fixes")
                 load_button = texts.value(gr.Button(texts("button.load_into_form"), variant="primary", elem_id="load-into-form"), "button.load_into_form")
+                run_button = texts.value(gr.Button(texts("button.run_yaml"), elem_id="run-yaml"), "button.run_yaml")
             import_findings = gr.Markdown("", elem_id="import-findings")
         with gr.Column():
             export_button = texts.value(gr.Button(texts("button.export"), elem_id="export-button"), "button.export")
@@ -73,6 +74,25 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         on_load,
         [import_text, train.watched_run, locale_state, *[form_fields[name] for name in ALL_FIELDS]],
         [import_findings, tabs, *train.open_outputs],
+    )
+
+    def on_run(text: str, locale: str, *values: Any):
+        """Every key of the YAML, checked and started like the form's Start; the Train tab
+        then shows the run (its settings, Other keys included, read-only)."""
+        load, result = board.start_yaml(text, str(values[ALL_FIELDS.index("preset")]), dict(zip(ALL_FIELDS, values)))
+        findings = list(load.findings) + (list(result.findings) if result is not None else [])
+        if result is None or not result.started:
+            text_out = (view.findings_markdown(findings, locale) + "\n\n" if findings else "") + translate("import.run_refused", locale)
+            return [text_out, gr.skip(), *[gr.skip()] * len(train.open_outputs)]
+        started = translate("import.run_started", locale, run_id=result.run.id)
+        return [started, gr.Tabs(selected=train_tab_id), *train.open_run(result.run.id, locale)]
+
+    run_button.click(
+        on_run,
+        [import_text, locale_state, *[form_fields[name] for name in ALL_FIELDS]],
+        [import_findings, tabs, *train.open_outputs],
+        concurrency_limit=1,
+        concurrency_id="start",
     )
 
     def on_export(*values):

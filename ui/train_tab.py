@@ -19,7 +19,7 @@ ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 # Element ids that tests and automation rely on (backend/config/schema.py: kebab-case of the names).
 FIELD_IDS = schema.element_ids()
 # The accordions the schema's sections go into, and whether each starts open.
-SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False}
+SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False, "other_keys": False}
 WIDGETS: dict[str, tuple[type, dict[str, Any]]] = {
     "textbox": (gr.Textbox, {}),
     "lines": (gr.Textbox, {"lines": 3}),

@@ -121,15 +121,17 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
     for form_field in schema.run_fields():
         if form_field.yaml is not None:
             args.update(form_field.yaml.write(values[form_field.name], values))
-    args.update(
-        trust_remote_code=config.model.trust_remote_code,
-        output_dir=str(output_dir),
-        plot_loss=True,
-        overwrite_output_dir=True,
-        report_to="none",
+    # RocBoard's defaults: "Other keys" may set these (report_to: tensorboard, …).
+    for key, value in (
+        ("trust_remote_code", config.model.trust_remote_code),
+        ("plot_loss", True),
+        ("report_to", "none"),
         # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
-        include_num_input_tokens_seen=True,
-    )
+        ("include_num_input_tokens_seen", True),
+    ):
+        args.setdefault(key, value)
+    # Where and how the run is written: RocBoard's alone (schema.ROCBOARD_OWNED_KEYS).
+    args.update(output_dir=str(output_dir), overwrite_output_dir=True)
     if config.hardware.use_cpu:
         # Without it, a CPU run with bf16 fails in the trainer's device checks.
         args["use_cpu"] = True
@@ -392,6 +394,23 @@ class _FormReader:
             return value.lower() not in ("", "0", "false", "no", "off", "none")
         return bool(value) if isinstance(value, (bool, int, float)) or value is None else bool(form_field.default)
 
+    def _other_keys(self, form_field: schema.Field) -> tuple[tuple[str, Any], ...]:
+        """LLaMA-Factory keys the form has no widget for, typed as YAML types them; each bad
+        entry a finding (and left out), so a Start never writes a key LLaMA-Factory refuses."""
+        from backend.config.other_keys import parse_other_keys
+
+        raw = self.raw(form_field)
+        # Lines: the text rule per line (its length bound is the whole field's).
+        lines = raw.splitlines() if isinstance(raw, str) else [raw]
+        checked = [parse_text(line, field_noun(form_field.name), form_field.max_chars, key=form_field.name) for line in lines]
+        bad = [finding for _, finding in checked if finding is not None]
+        if bad or (isinstance(raw, str) and len(raw) > form_field.max_chars):
+            self.findings.append(bad[0] if bad else Finding.of(form_field.name, "text-too-long", field=field_noun(form_field.name), length=len(raw), limit=form_field.max_chars))
+            return ()
+        pairs, findings = parse_other_keys("\n".join(text for text, _ in checked), form_field.name)
+        self.findings.extend(findings)
+        return pairs
+
     def _quantization(self, form_field: schema.Field) -> int | None:
         value = self.raw(form_field)
         try:
@@ -436,6 +455,10 @@ def form_value(form_field: schema.Field, value: Any) -> Any:
         return "none" if value is None else str(value)
     if form_field.kind == "optional_int":
         return "" if value is None else value
+    if form_field.kind == "other_keys":
+        from backend.config.other_keys import other_keys_text
+
+        return other_keys_text(value)
     return value
 
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Literal, Mapping
 
 # How config.py parses a field's raw value (and which finding a bad one gets).
 # "optional_int": a whole number, or empty for None (max_samples: empty = every sample).
-Kind = Literal["text", "int", "optional_int", "float", "choice", "flag", "datasets", "quantization", "gpus", "env_lines"]
+Kind = Literal["text", "int", "optional_int", "float", "choice", "flag", "datasets", "quantization", "gpus", "env_lines", "other_keys"]
 # What the page builds for it (ui/train_tab.py maps each hint to a Gradio widget).
 Widget = Literal["textbox", "lines", "number", "integer", "dropdown", "radio", "checkbox"]
 
@@ -181,6 +181,43 @@ MAX_SAMPLES = YamlCodec(
 )
 
 
+# Keys a run's YAML always gets from RocBoard (where it runs, that it trains, the launch plan's
+# timeout): never from "Other keys", never from an import.
+ROCBOARD_OWNED_KEYS = frozenset({"do_train", "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "use_cpu", "ddp_timeout"})
+OTHER_KEYS_MAX = 256  # more keys than LLaMA-Factory has
+# What RocBoard writes when Other keys does not say otherwise (backend/config/__init__.py
+# to_llamafactory_args): an import that says the same keeps nothing in Other keys for them.
+ROCBOARD_DEFAULTS: dict[str, Any] = {"stage": "sft", "trust_remote_code": False, "plot_loss": True, "report_to": "none", "include_num_input_tokens_seen": True, "quantization_method": "bnb"}
+
+
+def _read_other_keys(args: Mapping[str, Any]) -> Any:
+    """The keys of an imported YAML that LLaMA-Factory knows and no field of the form reads:
+    kept, as YAML text, in "Other keys" (an unknown key has its own finding; RocBoard's own
+    keys are its to write)."""
+    import yaml
+
+    from backend.llama_factory.check import static_names
+
+    known, in_form = static_names().keys, yaml_keys_in_form()
+    kept = {
+        key: value
+        for key, value in args.items()
+        if key in known and key not in in_form and key not in ROCBOARD_OWNED_KEYS and ROCBOARD_DEFAULTS.get(key, ABSENT) != value
+    }
+    if not kept:
+        return ABSENT
+    return yaml.safe_dump(kept, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+OTHER_KEYS = YamlCodec(
+    ("other_keys",),  # no LLaMA-Factory key of its own: findings about it are shown under its name
+    # The typed value is a tuple of (key, value) pairs (backend/config/__init__.py _other_keys).
+    lambda value, values: dict(value or ()),
+    _read_other_keys,
+    lambda value: {},
+)
+
+
 # --- a field ---------------------------------------------------------------------------------
 
 
@@ -304,6 +341,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
     # the run-name rule asks for 64; a longer one still gets that rule's fix
     Field("run_name", "text", "", "run_name", codec=plain("run_name", written=False), path="run_name", section="training", row="steps"),
+    # Every other LLaMA-Factory key, as YAML lines: checked against LLaMA-Factory's own list and
+    # written to the run's YAML after the form's keys. An import keeps here what the form lacks.
+    Field("other_keys", "other_keys", "", codec=OTHER_KEYS, max_chars=65_536, widget="lines", section="other_keys"),
 )
 
 

@@ -487,16 +487,6 @@ def rule_unknown_keys(args: dict[str, Any], preset: HardwarePreset | None) -> li
     return findings
 
 
-def rule_not_in_form(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
-    known = static_names().keys
-    in_form = schema.yaml_keys_in_form()
-    return [
-        Finding.of(key, "yaml-not-in-form", severity="warning", name=_key_shown(key))
-        for key in args
-        if key in known and key not in in_form and key not in WRITTEN_BY_ROCBOARD
-    ]
-
-
 YAML_RULES: tuple[YamlRule, ...] = (
     rule_disable_flash_attn,
     rule_compute_type,
@@ -511,7 +501,8 @@ YAML_RULES: tuple[YamlRule, ...] = (
     rule_stage,
     rule_template_unset,
     rule_unknown_keys,
-    rule_not_in_form,
+    # A known key the form has no field for is no finding: it is kept in Other keys
+    # (backend/config/other_keys.py) and written to the run's YAML.
 )
 
 
@@ -542,9 +533,13 @@ def import_yaml(
     config, form_findings = parse_form(merged, preset_env, use_cpu)
     # Values the form cannot hold are left out of form_values (their findings say why).
     for finding in form_findings:
-        form_values.pop(finding.key, None)
+        if finding.key != "other_keys":  # Other keys keeps every line: its findings name the bad ones
+            form_values.pop(finding.key, None)
     form_findings = [_form_only_choice(f, form_values_from_args(args)) for f in form_findings]
-    config_findings = [_in_yaml_terms(f) for f in form_findings + check_config(config, preset, offline=offline, bnb_available=bnb_available)]
+    from backend.config.other_keys import deepspeed_findings
+
+    checked = check_config(config, preset, offline=offline, bnb_available=bnb_available) + deepspeed_findings(config, None, use_cpu)
+    config_findings = [_in_yaml_terms(f) for f in form_findings + checked]
     # The YAML rules are the more specific: one finding per key, theirs first.
     flagged = {f.key for f in findings}
     findings += [f for f in config_findings if f.key not in flagged]
@@ -561,7 +556,7 @@ def _form_only_choice(finding: Finding, values: dict[str, Any]) -> Finding:
     """A value that is valid for LLaMA-Factory but not offered by the form is a warning."""
     value = values.get(finding.key)
     if finding.rule == "bad-choice" and value in llamafactory_only_choices().get(finding.key, ()):
-        return Finding.of(finding.key, "yaml-not-in-form", message="yaml-form-has-no-choice", severity="warning", value=repr(value), name=finding.key)
+        return Finding.of(finding.key, "yaml-form-has-no-choice", severity="warning", value=repr(value), name=finding.key)
     return finding
 
 

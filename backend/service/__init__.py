@@ -138,6 +138,15 @@ class RocBoard:
     def load_into_form(self, text: str, preset_id: str, current: Mapping[str, Any]) -> FormLoad:
         return self.pipeline.load_into_form(text, preset_id, current)
 
+    def start_yaml(self, text: str, preset_id: str, current: Mapping[str, Any], stop_on_nan: bool = False) -> tuple[FormLoad, StartResult | None]:
+        """"Run this YAML as it is": every key of the YAML (the form's fields, the rest in
+        Other keys: nothing dropped) through the same checks and launch as a Start. Nothing
+        starts while the YAML itself has a problem (its findings say which; None)."""
+        load = self.load_into_form(text, preset_id, current)
+        if not load.loaded or has_problems(load.findings):
+            return load, None
+        return load, self.start(load.values, stop_on_nan=stop_on_nan)
+
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         return self.pipeline.export(form)
 

@@ -149,7 +149,11 @@ class ConfigPipeline:
         config, form_findings = parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
         findings += form_findings
         findings += self._check(config, preset)
-        findings += self.plan_of(form, preset)[1]
+        plan, plan_findings = self.plan_of(form, preset)
+        findings += plan_findings
+        from backend.config.other_keys import deepspeed_findings
+
+        findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu))
         return config, findings, preset
 
     def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
@@ -174,10 +178,25 @@ class ConfigPipeline:
         """The YAML's arguments: the config's, plus the launch plan's (ddp_timeout, deepspeed)."""
         from backend.config.distributed import extra_args
 
+        from backend.config.other_keys import USER_DEEPSPEED_FILE, deepspeed_of
+
         args = to_llamafactory_args(config, output_dir)
+        if deepspeed_of(config) is not None:
+            # The run uses its own copy (RunManager writes it beside config.yaml): a later
+            # edit of the user's file changes no run that already started.
+            args["deepspeed"] = USER_DEEPSPEED_FILE
         if plan is not None:
             args.update(extra_args(plan))
         return args
+
+    @staticmethod
+    def deepspeed_file(config: RunConfig) -> Any:
+        """The user's DeepSpeed file named in Other keys, read and checked; None without one
+        (or when it cannot be used: its findings say why)."""
+        from backend.config.other_keys import deepspeed_of, read_deepspeed_file
+
+        value = deepspeed_of(config)
+        return None if value is None else read_deepspeed_file(value)[0]
 
     def llamafactory_findings(self, config: RunConfig, plan: DistributedPlan | None = None) -> list[Finding]:
         """LLaMA-Factory's own parser on the config: the last word on which keys and values
@@ -218,6 +237,9 @@ class ConfigPipeline:
 
             lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)
             command = f"# {describe(plan)}\n" + "\n".join(f"# node {rank}\n{line}" for rank, line in enumerate(lines))
+        deepspeed = self.deepspeed_file(config)
+        if deepspeed is not None:
+            command = f"# {deepspeed.summary()}\n{command}"
         return Preview(
             yaml_text=yaml.safe_dump(self.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
             command=command,

@@ -119,6 +119,7 @@ class RunManager:
                 FORM_FILE: json.dumps(form, indent=2),
                 LOG_FILE: "",
                 **(deepspeed_files(plan) if plan is not None else {}),
+                **self._user_deepspeed_file(config),
             },
             run_id=run_id,
         )
@@ -128,6 +129,14 @@ class RunManager:
         if plan is not None:
             env.update(launch_env(plan))
         return self.launch(state.id, env)
+
+    def _user_deepspeed_file(self, config: RunConfig) -> dict[str, str]:
+        """The DeepSpeed file named in Other keys, copied into the run (checked before: a
+        Start with an unusable one never gets here)."""
+        from backend.config.other_keys import USER_DEEPSPEED_FILE
+
+        found = self.pipeline.deepspeed_file(config)
+        return {USER_DEEPSPEED_FILE: found.text} if found is not None else {}
 
     def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Starts the trainer (or `command`, a stand-in in tests) of an existing run, and
