@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.config import schema
@@ -657,6 +658,43 @@ def test_while_a_run_trains_only_stop_is_usable_and_the_form_shows_no_spinner(ap
         assert wait_for_button(page, "stop", enabled=False), "Stop is still usable after the run stopped"
     finally:
         stop_trainers(app_server)
+
+
+# --- run a YAML as it is: keys the form lacks are kept, shown and written -----------------------
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_a_yaml_runs_as_it_is_and_its_run_shows_every_key(app_server, page_in, browser_locale) -> None:
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    run_name = f"as-is-{locale.lower()}"
+    text = yaml.safe_dump(
+        {
+            "model_name_or_path": DEMO["model_path"], "stage": "sft", "do_train": True, "finetuning_type": "lora",
+            "template": DEMO["template"], "dataset_dir": DEMO["dataset_dir"], "dataset": DEMO["dataset"], "cutoff_len": 128,
+            "max_steps": 2, "logging_steps": 1, "learning_rate": 0.01, "run_name": run_name,
+            # Keys the form has no field for: kept in Other keys, written to the run's YAML.
+            "neftune_noise_alpha": 5.0, "save_total_limit": 1,
+        },
+        sort_keys=False,
+    )
+    before = run_ids(app_server)
+    open_tab(page, "tab.import_export", locale)
+    set_code(page, "#import-yaml", text)
+    page.locator("#run-yaml").click()
+    state = wait_until(lambda: next((s for s in app_server.runs() if s["id"] not in before), None), 180, what="the YAML's run to appear")
+    assert state["name"] == run_name
+    # The Train tab shows the run, its Other keys among its settings (read-only).
+    page.wait_for_function("() => !!document.querySelector('#other-keys textarea') && document.querySelector('#other-keys textarea').value.includes('neftune_noise_alpha')", timeout=UI_TIMEOUT_MS)
+    assert train_tab_selected(page, locale)
+    assert page.locator("#other-keys textarea").is_disabled()
+    wait_for_finished(page, state["id"], locale)
+    written = yaml.safe_load((app_server.runs_dir / state["id"] / "config.yaml").read_text())
+    assert written["neftune_noise_alpha"] == 5.0 and written["save_total_limit"] == 1
+    # The run's own config.yaml is on its page.
+    page.get_by_text(translate("accordion.run_config", locale)).click()
+    page.wait_for_function("() => (document.querySelector('#run-config .cm-content')?.innerText ?? '').includes('neftune_noise_alpha: 5.0')", timeout=UI_TIMEOUT_MS)
 
 
 # --- the runs table sorts by value ---------------------------------------------------------------

@@ -158,6 +158,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             with texts.label(gr.Accordion(texts("accordion.preview"), open=False), "accordion.preview") as preview_panel:
                 preview_yaml = gr.Code(language="yaml", label="config.yaml", elem_id="preview-yaml")
                 preview_command = gr.Code(language="shell", label="shell", elem_id="preview-command")
+            with texts.label(gr.Accordion(texts("accordion.run_config"), open=False), "accordion.run_config"):
+                run_config = gr.Code(language="yaml", label="config.yaml", elem_id="run-config")
             with texts.label(gr.Accordion(texts("accordion.log"), open=False), "accordion.log"):
                 log_tail = gr.Code(label="train.log", elem_id="log-tail")
     timer = gr.Timer(TICK_S, active=False)
@@ -173,6 +175,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         "gpu_table": gpu_table,
         "download": download,
         "log_tail": log_tail,
+        "config_yaml": run_config,
         "stop_on_nan": stop_on_nan,
         "version": shown_version,
         "timer": timer,
@@ -198,6 +201,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 gpu_table=run.gpu_table,
                 download=gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
                 log_tail=run.log_tail,
+                config_yaml=run.config_yaml,
                 stop_on_nan=gr.skip() if run.stop_on_nan is None else run.stop_on_nan,
                 version=run.version,
                 start=gr.update(interactive=editing and not run.active),

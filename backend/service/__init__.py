@@ -29,7 +29,9 @@ from backend.config import RunConfig
 from backend.findings import Finding, has_problems
 from backend.runs.launcher import Launcher
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
-from backend.runs import RunNotFound, RunState, RunStore
+from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore
+
+RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
 from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
@@ -262,7 +264,11 @@ class RocBoard:
                 download = self.adapter_download(run_id)
             except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
                 download = None
-        return run_view(snapshot, version, locale, cause, fix, download, resumable)
+        try:
+            config_yaml = safe_files.read_text(self.store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
+        except (OSError, UnicodeDecodeError, ValueError):
+            config_yaml = ""
+        return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run, read from its train.log; empty when unknown."""

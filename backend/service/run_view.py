@@ -36,6 +36,7 @@ class RunView:
     # page's checkbox keeps its value (the setting for the next start).
     stop_on_nan: bool | None = None
     resumable: bool = False  # stopped or failed with a complete checkpoint: Resume can act
+    config_yaml: str = ""  # the run's own config.yaml, as the trainer reads it
     unchanged: bool = False
 
 
@@ -61,6 +62,7 @@ def run_view(
     fix: str = "",
     download: Path | None = None,
     resumable: bool = False,
+    config_yaml: str = "",
 ) -> RunView:
     run = snapshot.run
     return RunView(
@@ -77,6 +79,7 @@ def run_view(
         active=run.active,
         stop_on_nan=run.stop_on_nan if run.active else None,
         resumable=resumable,
+        config_yaml=config_yaml,
     )
 
 
