@@ -281,3 +281,24 @@ def test_the_checking_modules_import_nothing_heavy() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_no_dataset_folder_says_where_llamafactory_would_look() -> None:
+    from backend.config import parse_form, schema
+    from backend.config.checks import check_config
+
+    config, _ = parse_form({**schema.form_defaults(), "model_path": "/m", "dataset": "a", "dataset_dir": ""})
+    (finding,) = [f for f in check_config(config, None) if f.key == "dataset_dir"]
+    assert "`data`" in finding.problem and "runs/<run-id>/" in finding.problem
+    assert "`data`" in finding.text("zh-CN")[0]
+
+
+@pytest.mark.parametrize(("offline", "rule", "severity"), [(True, "dataset-dir-remote-offline", "problem"), (False, "dataset-dir-remote", "warning")])
+def test_a_hub_dataset_folder_is_named_as_such_not_as_a_missing_directory(offline, rule, severity) -> None:
+    from backend.config import parse_form, schema
+    from backend.config.checks import check_config
+
+    config, _ = parse_form({**schema.form_defaults(), "model_path": "/m", "dataset": "a", "dataset_dir": "REMOTE:llamafactory/demo_data"})
+    found = [f for f in check_config(config, None, offline=offline) if f.key == "dataset_dir"]
+    assert [(f.rule, f.severity) for f in found] == [(rule, severity)]
+    assert "llamafactory/demo_data" in found[0].problem

@@ -252,10 +252,20 @@ def rule_template(ctx: _Context) -> list[Finding]:
 # --- data -----------------------------------------------------------------------------------
 
 
+# LLaMA-Factory's mark for a dataset folder on the Hugging Face hub (`dataset_dir: REMOTE:org/repo`).
+REMOTE_PREFIX = "REMOTE:"
+
+
 def rule_dataset(ctx: _Context) -> list[Finding]:
     data = ctx.config.data
     if not data.dataset_dir:
         return [Finding.of("dataset_dir", "dataset-dir-missing")]
+    if data.dataset_dir.startswith(REMOTE_PREFIX):
+        # LLaMA-Factory downloads a hub folder's dataset_info.json (and the data) at start.
+        folder = data.dataset_dir[len(REMOTE_PREFIX) :]
+        if ctx.offline:
+            return [Finding.of("dataset_dir", "dataset-dir-remote-offline", folder=_quoted(folder))]
+        return [Finding.of("dataset_dir", "dataset-dir-remote", severity="warning", folder=_quoted(folder))]
     problem = path_problem(data.dataset_dir)
     if problem:
         return [_unusable_path("dataset_dir", data.dataset_dir, problem)]
