@@ -35,8 +35,7 @@ Rule = Callable[["_Context"], list[Finding]]
 # The range of every number is in backend/config/__init__.py NUMBER_RANGES (one table for the form,
 # the import and the multi-GPU plan); these are the rules' own thresholds.
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
-PATH_MAX_BYTES = 4096  # Linux PATH_MAX
-NAME_MAX_BYTES = 255  # Linux NAME_MAX: one component of a path
+from backend.config.paths import NAME_MAX_BYTES, PATH_MAX_BYTES, path_problem  # noqa: F401 (re-exported)
 DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
 RUN_NAME_RULE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")  # not "." or "-" first: hidden, or read as an option
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
@@ -151,24 +150,6 @@ def rule_cutoff(ctx: _Context) -> list[Finding]:
 
 
 # --- model ----------------------------------------------------------------------------------
-
-
-def path_problem(raw: str) -> str:
-    """Why the OS cannot look `raw` up at all (before any stat), or "": a NUL byte
-    (ValueError "embedded null byte"), a path or one of its names too long for Linux
-    (OSError "File name too long"), text that is not encodable as a file name."""
-    if "\0" in raw:
-        return "it holds a NUL character"
-    try:
-        encoded = os.fsencode(raw)
-    except UnicodeError:
-        return "it holds characters a file name cannot have"
-    if len(encoded) >= PATH_MAX_BYTES:
-        return f"it is {len(encoded)} bytes long; a path has at most {PATH_MAX_BYTES - 1}"
-    longest = max((len(part) for part in encoded.split(b"/")), default=0)
-    if longest > NAME_MAX_BYTES:
-        return f"one of its names is {longest} bytes long; a file or folder name has at most {NAME_MAX_BYTES}"
-    return ""
 
 
 def _unusable_path(key: str, raw: str, problem: str) -> Finding:

@@ -15,14 +15,19 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from backend.config import schema
+from backend.config.paths import path_problem
 from backend.findings import Finding
 from backend.i18n import Message
 from backend.llama_factory.check import did_you_mean, static_names
+
+if TYPE_CHECKING:
+    from backend.config import RunConfig
+    from backend.config.distributed import DistributedPlan
 
 KEY_SHOWN_CHARS = 64
 
@@ -121,8 +126,6 @@ def read_deepspeed_file(value: Any, key: str = "other_keys") -> tuple[DeepSpeedF
     that parses to an object, a ZeRO stage 0-3, offload devices DeepSpeed knows."""
     if not isinstance(value, str) or not value.strip():
         return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-path", value=str(value)[:200])]
-    from backend.config.checks import path_problem
-
     raw = value.strip()
     problem = path_problem(raw)
     if problem:
@@ -164,12 +167,12 @@ def read_deepspeed_file(value: Any, key: str = "other_keys") -> tuple[DeepSpeedF
     return DeepSpeedFile(raw, text, int(stage), devices[0], devices[1]), []
 
 
-def deepspeed_of(config: Any) -> Any:
+def deepspeed_of(config: "RunConfig") -> Any:
     """The `deepspeed:` value of a config's Other keys; None when it has none."""
     return dict(config.value("other_keys") or ()).get("deepspeed")
 
 
-def deepspeed_findings(config: Any, plan: Any, use_cpu: bool, key: str = "other_keys") -> list[Finding]:
+def deepspeed_findings(config: "RunConfig", plan: "DistributedPlan | None", use_cpu: bool, key: str = "other_keys") -> list[Finding]:
     """The file checked, and never two DeepSpeed configs for one run: the multi-GPU plan's
     ZeRO choice and a file in Other keys would silently disagree (which one wins depends on
     the order keys are written), so both at once is a problem."""
@@ -179,7 +182,7 @@ def deepspeed_findings(config: Any, plan: Any, use_cpu: bool, key: str = "other_
     found, findings = read_deepspeed_file(value, key)
     if use_cpu:
         findings.append(Finding.of(key, "deepspeed-on-cpu"))
-    strategy = getattr(plan, "strategy", "ddp") if plan is not None else "ddp"
+    strategy = plan.strategy if plan is not None else "ddp"
     if strategy != "ddp":
         findings.append(Finding.of(key, "deepspeed-twice", strategy=strategy, path=str(value)[:200]))
     return findings
