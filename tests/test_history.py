@@ -237,6 +237,7 @@ def test_cells_sort_by_numbers_where_the_table_shows_numbers(store):
     assert len(values[0]) == len(shown[0]) == len(HISTORY_HEADERS)
     value = dict(zip(HISTORY_HEADERS, values[0]))
     assert value["Steps"] == 30 and value["Last loss"] == pytest.approx(4.7) and value["Duration"] == pytest.approx(65.0)
+    assert value["Name"] is None and value["State"] is None  # the shown words sort right
     # A NaN loss is shown as "nan" but sorts as no value (JSON has no NaN).
     nan = history.RunSummary(**{**summaries[0].__dict__, "last_loss": float("nan")})
     assert summaries_sort_values([nan])[0][HISTORY_HEADERS.index("Last loss")] is None

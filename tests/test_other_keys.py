@@ -193,3 +193,12 @@ def test_a_yaml_with_a_problem_does_not_start(board) -> None:
     load, result = board.start_yaml("model_name_or_path: /m\nlerning_rate: 1\n", "cpu-demo", form())
     assert result is None and any(f.severity == "problem" for f in load.findings)
     assert board.runs() == []
+
+
+def test_values_are_typed_as_llamafactory_types_them_and_checked_against_its_key_types() -> None:
+    pairs, findings = parse_other_keys("pref_beta: 1e-4\nray_num_workers: 2\n")
+    assert findings == [] and dict(pairs) == {"pref_beta": 1e-4, "ray_num_workers": 2}
+    pairs, findings = parse_other_keys("pref_beta: abc\nray_num_workers: 3.5\npref_loss: hinge2\n")
+    assert pairs == ()
+    assert sorted((f.key, f.rule) for f in findings) == [("other_keys", "other-key-type")] * 3
+    assert all("pref_" in f.problem or "ray_num_workers" in f.problem for f in findings)

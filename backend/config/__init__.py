@@ -123,7 +123,6 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
             args.update(form_field.yaml.write(values[form_field.name], values))
     # RocBoard's defaults: "Other keys" may set these (report_to: tensorboard, …).
     for key, value in (
-        ("trust_remote_code", config.model.trust_remote_code),
         ("plot_loss", True),
         ("report_to", "none"),
         # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
@@ -131,7 +130,7 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
     ):
         args.setdefault(key, value)
     # Where and how the run is written: RocBoard's alone (schema.ROCBOARD_OWNED_KEYS).
-    args.update(output_dir=str(output_dir), overwrite_output_dir=True)
+    args.update(trust_remote_code=config.model.trust_remote_code, output_dir=str(output_dir), overwrite_output_dir=True)
     if config.hardware.use_cpu:
         # Without it, a CPU run with bf16 fails in the trainer's device checks.
         args["use_cpu"] = True

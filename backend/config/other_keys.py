@@ -21,6 +21,7 @@ import yaml
 
 from backend.config import schema
 from backend.config.paths import path_problem
+from backend.config.yaml_reader import load_yaml_text
 from backend.findings import Finding
 from backend.i18n import Message
 from backend.llama_factory.check import did_you_mean, static_names
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
 
 KEY_SHOWN_CHARS = 64
+OTHER_KEYS_MAX_BYTES = 256_000  # the field holds at most 65,536 characters
 
 
 def parse_other_keys(text: str, key: str = "other_keys") -> tuple[tuple[tuple[str, Any], ...], list[Finding]]:
@@ -37,16 +39,16 @@ def parse_other_keys(text: str, key: str = "other_keys") -> tuple[tuple[tuple[st
     bounded by the field's max_chars before it gets here."""
     if not text or not text.strip():
         return (), []
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else "?"
-        return (), [Finding.of(key, "other-keys-not-yaml", line=line)]
+    # Read as llamafactory-cli reads a YAML (`1e-4` is a float), with the import's bounds.
+    loaded, problems = load_yaml_text(text, max_bytes=OTHER_KEYS_MAX_BYTES)
     if loaded is None:
-        return (), []
-    if not isinstance(loaded, dict):
-        return (), [Finding.of(key, "other-keys-not-mapping")]
+        rule = "other-keys-not-mapping" if problems and problems[0].rule in ("yaml-not-mapping", "yaml-empty") else "other-keys-not-yaml"
+        if rule == "other-keys-not-mapping":
+            return (), [Finding.of(key, rule)]
+        line = (problems[0].params or {}).get("line", "?") if problems else "?"
+        return (), [Finding.of(key, rule, line=line)]
+    if problems:  # a duplicate key, a key that is not text
+        return (), [Finding.of(key, "other-keys-not-yaml", message="other-keys-duplicate", line="?", error=problems[0].problem)]
     if len(loaded) > schema.OTHER_KEYS_MAX:
         return (), [Finding.of(key, "other-keys-too-many", count=len(loaded), limit=schema.OTHER_KEYS_MAX)]
     known = static_names().keys

@@ -183,11 +183,12 @@ MAX_SAMPLES = YamlCodec(
 
 # Keys a run's YAML always gets from RocBoard (where it runs, that it trains, the launch plan's
 # timeout): never from "Other keys", never from an import.
-ROCBOARD_OWNED_KEYS = frozenset({"do_train", "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "use_cpu", "ddp_timeout"})
+# trust_remote_code too: a model folder's own Python code is never run (docs/security.md).
+ROCBOARD_OWNED_KEYS = frozenset({"do_train", "output_dir", "overwrite_output_dir", "resume_from_checkpoint", "use_cpu", "ddp_timeout", "trust_remote_code"})
 OTHER_KEYS_MAX = 256  # more keys than LLaMA-Factory has
 # What RocBoard writes when Other keys does not say otherwise (backend/config/__init__.py
 # to_llamafactory_args): an import that says the same keeps nothing in Other keys for them.
-ROCBOARD_DEFAULTS: dict[str, Any] = {"stage": "sft", "trust_remote_code": False, "plot_loss": True, "report_to": "none", "include_num_input_tokens_seen": True, "quantization_method": "bnb"}
+ROCBOARD_DEFAULTS: dict[str, Any] = {"stage": "sft", "plot_loss": True, "report_to": "none", "include_num_input_tokens_seen": True, "quantization_method": "bnb"}
 
 
 def _read_other_keys(args: Mapping[str, Any]) -> Any:

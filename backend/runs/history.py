@@ -506,8 +506,8 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
 
 def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
     """What each cell of `summaries_table` sorts by: numbers where the table shows a number
-    ("1e-05" after "0.0002" as text; "13 / 30" after "5 / 30"), the ISO time for the start.
-    The page shows the table's words and sorts by these."""
+    ("1e-05" after "0.0002" as text; "13 / 30" after "5 / 30"), the ISO time for the start,
+    None where the shown words sort right (RocBoard.history_table puts them in)."""
 
     def finite(value: float | None) -> float | None:
         return value if value is not None and math.isfinite(value) else None
@@ -517,14 +517,14 @@ def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
         length = s.max_steps if s.max_steps is not None and s.max_steps > 0 else s.epochs
         rows.append(
             [
-                s.id,
-                s.name,
-                s.preset,
-                short_model(s.model),
-                s.dataset,
+                None,
+                None,
+                None,
+                None,
+                None,
                 s.learning_rate,
                 length,
-                s.state,
+                None,
                 s.step,
                 finite(s.last_loss),
                 finite(s.best_eval_loss),

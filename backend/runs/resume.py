@@ -314,13 +314,14 @@ def repair_trainer_log(output_dir: Path, checkpoint: CheckpointInfo) -> list[int
 # --- plan and prepare ----------------------------------------------------------------
 
 
-def resume_plan(store: RunStore, run_id: str) -> ResumePlan | Refusal:
+def resume_plan(store: RunStore, run_id: str, state: RunState | None = None) -> ResumePlan | Refusal:
     """What a resume of `run_id` would do, or why it cannot be resumed.
 
-    Reads the state file as it is: the caller settles a stale "running" first
-    (Launcher.refresh, as RocBoard.active_run does)."""
+    Reads the state file as it is, unless the caller gives the run's settled `state` (a
+    trainer that just died is "failed" before its state file says so): the caller settles a
+    stale "running" first (Launcher.refresh, as RocBoard.active_run does)."""
     try:
-        state = store.read(run_id)
+        state = state if state is not None else store.read(run_id)
         run_dir = store.run_dir(run_id)
     except RunNotFound as error:
         # The error names the run id as the store saw it (shown as written).

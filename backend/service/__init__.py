@@ -165,6 +165,15 @@ class RocBoard:
                 pass
             if then_doctor:
                 self.doctor.gather()
+            # LLaMA-Factory's keys and their types, for Other keys: built once per installed
+            # version (a helper, ~6 s) when this version has no cache yet; the shipped list
+            # of 0.9.5 answers until then.
+            try:
+                from backend.llama_factory.keys import refresh_catalogue
+
+                refresh_catalogue()
+            except Exception:  # the shipped catalogue still answers
+                pass
 
         threading.Thread(target=ask, daemon=True, name="lf-prewarm").start()
 
@@ -257,7 +266,7 @@ class RocBoard:
         if snapshot.run.state in ("stopped", "failed"):
             from backend.runs.resume import Refusal, resume_plan
 
-            resumable = not isinstance(resume_plan(self.store, run_id), Refusal)
+            resumable = not isinstance(resume_plan(self.store, run_id, snapshot.run), Refusal)
         download = None
         if snapshot.has_adapter and not snapshot.run.active:
             try:
@@ -339,7 +348,11 @@ class RocBoard:
 
         self.runs()
         summaries = summarize_runs(self.store)
-        return history_headers(locale), summaries_table(summaries, locale), summaries_sort_values(summaries)
+        shown = summaries_table(summaries, locale)
+        # Gradio also draws the sort values (a hidden row that sizes the columns): words in
+        # the page's language, numbers only where a number sorts differently from its text.
+        values = [[word if value is None else value for word, value in zip(row, raw)] for row, raw in zip(shown, summaries_sort_values(summaries))]
+        return history_headers(locale), shown, values
 
     def overlay_figure(self, run_ids: list[str], locale: str = "en") -> dict:
         from backend.runs.history import overlay_figure
