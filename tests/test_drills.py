@@ -106,8 +106,8 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
     (continues from its checkpoint); kill -9 the app mid-run (the trainer trains on); restart
     the app (re-attached: new tabs show the run with its whole curve); Stop as a checkpoint
     is being written (graceful: the checkpoint completes, the adapter is saved); Resume
-    again; the run ends: steps 1..40 once each, equal to the log's lines; Resume on the
-    finished run is refused; no process is left."""
+    again; the run ends: steps 1..40 once each, equal to the log's lines; Resume is not offered on
+    the finished run (and refused behind the page); no process is left."""
     if not chromium_available():
         pytest.skip("needs Playwright and /usr/bin/chromium")
     workdir = tmp_path / "app"
@@ -232,9 +232,10 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             assert second.startswith(first) and (output / TRAINER_LOG).read_bytes().startswith(second)
             figures["log lines"] = len(log_lines(run_dir))
 
-            # --- Resume on a finished run: refused, nothing changes ----------------------------
-            tab.locator("#resume").click()
-            wait_until(lambda: "finished all its steps" in page_text(tab, "#findings"), 60, what="the refusal")
+            # --- Resume on a finished run: not offered on the page; refused behind it --------
+            assert tab.locator("#resume").is_disabled()
+            refused = viewer.resume(run_id)
+            assert not refused.started and "finished all its steps" in refused.findings[0].problem
             after = read_state(run_dir)
             assert (after["state"], after["attempts"]) == ("finished", 3)
             assert run_processes(runs_dir) == []

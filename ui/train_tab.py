@@ -329,6 +329,11 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
             # Nothing was created: the panel goes back to what it showed, Start usable again.
+            # A second click that lost the race to the first (a double-click) was sent with
+            # the tab as it was before: the run that trains now is what the panel shows.
+            active = board.active_run()
+            if active is not None:
+                return [*open_run(active.id, locale), findings_text]
             before_form = open_outputs.index(form_inputs[0])
             return [*[gr.skip()] * before_form, *field_updates(result.findings, locale), *render(run_id, None, locale, mode_value), findings_text]
         opened = open_run(result.run.id, locale)
