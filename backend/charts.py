@@ -67,7 +67,20 @@ def _json_number(value: float | None) -> float | None:
 
 # The default (English) trace and axis names and titles come from the catalogue, like every
 # other word; the page passes its own language's (backend/view.py loss_chart_names).
-LOSS_NAMES = {"loss": translate("chart.loss_series"), "smoothed": translate("chart.loss_smoothed"), "learning_rate": translate("chart.learning_rate"), "step": translate("chart.step")}
+LOSS_NAMES = {
+    "loss": translate("chart.loss_series"),
+    "smoothed": translate("chart.loss_smoothed"),
+    "learning_rate": translate("chart.learning_rate"),
+    "step": translate("chart.step"),
+    "accuracy": translate("chart.reward_accuracy"),
+    "reward": translate("chart.reward"),
+}
+# The preference stages' extra curves (MetricPoint attribute, colour, axis): drawn only when
+# the run logs them. Accuracy is a fraction: its own axis, 0..1, on the left over the loss's.
+_EXTRA_TRACES: tuple[tuple[str, str, str], ...] = (
+    ("accuracy", "rgb(31,119,180)", "y3"),
+    ("reward", "rgb(44,160,44)", "y4"),
+)
 MEMORY_NAMES = {"used": translate("chart.used"), "total": translate("chart.total"), "seconds": translate("chart.seconds"), "gib": translate("chart.gib")}
 
 
@@ -77,7 +90,8 @@ def loss_figure(
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
 ) -> dict:
-    """Raw and smoothed loss per step, with the learning rate on a second axis.
+    """Raw and smoothed loss per step, with the learning rate on a second axis; a dpo run's
+    reward accuracy (and a ppo run's reward) on axes of their own when the run logs them.
     `names` gives the trace and axis names in the page's language."""
     names = {**LOSS_NAMES, **(names or {})}
     with_loss = [p for p in points if p.loss is not None]
@@ -122,6 +136,41 @@ def loss_figure(
         "yaxis": {"title": {"text": names["loss"]}},
         "yaxis2": {"title": {"text": names["learning_rate"]}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e", "tickformat": ".0e", "rangemode": "tozero"},
     }
+    extra_axes = 0
+    for attribute, color, axis in _EXTRA_TRACES:
+        extra = [p for p in points if getattr(p, attribute) is not None]
+        if not extra:
+            continue
+        values = [float(getattr(p, attribute)) for p in extra]
+        extra_keep = downsample_indices(len(extra), max_points, values)
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers" if len(extra_keep) <= 60 else "lines",
+                "name": names[attribute],
+                "x": [extra[i].step for i in extra_keep],
+                "y": [_json_number(values[i]) for i in extra_keep],
+                "yaxis": axis,
+                "line": {"color": color, "width": 1.5},
+                "marker": {"size": 4},
+            }
+        )
+        # Each extra axis sits on the right, beyond the learning rate's, its ticks in its colour.
+        extra_axes += 1
+        layout[f"yaxis{axis[1:]}"] = {
+            "title": {"text": names[attribute], "font": {"color": color}},
+            "tickfont": {"color": color},
+            "overlaying": "y",
+            "side": "right",
+            "anchor": "free",
+            "position": 1.0,
+            "autoshift": True,
+            "showgrid": False,
+            **({"range": [0, 1.05]} if attribute == "accuracy" else {}),
+        }
+    if extra_axes:
+        # Room on the right for the extra axes' ticks and titles.
+        layout["margin"] = {**LIGHT_LAYOUT["margin"], "r": 70 + 60 * extra_axes}
     return {"data": data, "layout": layout}
 
 

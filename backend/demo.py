@@ -30,12 +30,18 @@ from typing import Sequence
 
 # Bump whenever anything the builder writes changes: an existing demo with another stamp is rebuilt.
 # The stamp also carries a hash of this file, so an edit someone forgot to version still rebuilds.
-BUILDER_VERSION = "rocboard-demo-2"
+BUILDER_VERSION = "rocboard-demo-3"
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
 DATASET_NAME = "demo"
 DATASET_FILE = "demo.json"
 STAMP_FILE = ".built"
+# One dataset per stage that needs another layout than sft's (registered beside `demo`):
+# pt reads plain text, dpo / rm pairs of a chosen and a rejected answer, kto an answer and a tag.
+PT_DATASET_NAME, PT_DATASET_FILE = "demo_pt", "demo_pt.json"
+DPO_DATASET_NAME, DPO_DATASET_FILE = "demo_dpo", "demo_dpo.json"
+KTO_DATASET_NAME, KTO_DATASET_FILE = "demo_kto", "demo_kto.json"
+STAGE_DATASETS: dict[str, str] = {"pt": PT_DATASET_NAME, "sft": DATASET_NAME, "rm": DPO_DATASET_NAME, "dpo": DPO_DATASET_NAME, "kto": KTO_DATASET_NAME}
 
 SEED = 1234
 VOCAB_SIZE = 512  # byte-level BPE: 256 byte tokens + the special tokens + merges
@@ -155,16 +161,83 @@ def _demo_examples(rng: random.Random) -> list[AlpacaExample]:
     return examples
 
 
+def _pt_texts() -> list[str]:
+    """64 lines of plain text for pre-training (stage pt), in the demo's own words (the
+    tokenizer is trained on the sft examples alone, so these change no byte of the model)."""
+    texts = [f"The opposite of {word} is {opposite}, and the opposite of {opposite} is {word}." for word, opposite in _OPPOSITES]
+    texts += [f"The {animal} says {sound}. When you hear {sound}, there is a {animal} nearby." for animal, sound in _ANIMAL_SOUNDS]
+    texts += [f"Counting up from {start}: {' '.join(str(n) for n in range(start, start + 5))}." for start in range(1, 21)]
+    texts += [f"{question} {_IDENTITY_ANSWER}" for question in _IDENTITY_QUESTIONS]
+    assert len(texts) == 63
+    texts.append("RocBoard builds this text offline, the same every time, so a pre-training run has something to read.")
+    return texts
+
+
+def _dpo_rows(rng: random.Random) -> list[dict[str, str]]:
+    """32 preference pairs (alpaca layout, `"ranking": true`): the right answer chosen, a wrong
+    one rejected. Read by stage dpo and, as pairs, by stage rm."""
+    rows: list[dict[str, str]] = []
+    for index, (word, opposite) in enumerate(_OPPOSITES[:16]):
+        wrong = _OPPOSITES[(index + 1 + rng.randrange(len(_OPPOSITES) - 1)) % len(_OPPOSITES)][1]
+        rows.append({"instruction": "Give the opposite of the word.", "input": word, "chosen": f"The opposite of {word} is {opposite}.", "rejected": f"The opposite of {word} is {wrong}."})
+    for index, (animal, sound) in enumerate(_ANIMAL_SOUNDS[:8]):
+        wrong = _ANIMAL_SOUNDS[(index + 1 + rng.randrange(len(_ANIMAL_SOUNDS) - 1)) % len(_ANIMAL_SOUNDS)][1]
+        rows.append({"instruction": "What sound does this animal make?", "input": animal, "chosen": f"The {animal} says {sound}.", "rejected": f"The {animal} says {wrong}."})
+    for question in _IDENTITY_QUESTIONS:
+        rows.append({"instruction": question, "input": "", "chosen": _IDENTITY_ANSWER, "rejected": "I do not know."})
+    rng.shuffle(rows)
+    return rows
+
+
+def _kto_rows(rng: random.Random) -> list[dict[str, object]]:
+    """32 single answers tagged good (true) or bad (false), sharegpt layout, for stage kto."""
+    rows: list[dict[str, object]] = []
+    for index, (animal, sound) in enumerate(_ANIMAL_SOUNDS[:12]):
+        good = index % 2 == 0
+        wrong = _ANIMAL_SOUNDS[(index + 1 + rng.randrange(len(_ANIMAL_SOUNDS) - 1)) % len(_ANIMAL_SOUNDS)][1]
+        answer = f"The {animal} says {sound if good else wrong}."
+        rows.append({"messages": [{"from": "human", "value": f"What sound does this animal make?\n{animal}"}, {"from": "gpt", "value": answer}], "label": good})
+    for index, (word, opposite) in enumerate(_OPPOSITES[:12]):
+        good = index % 2 == 1
+        answer = f"The opposite of {word} is {opposite if good else word}."
+        rows.append({"messages": [{"from": "human", "value": f"Give the opposite of the word.\n{word}"}, {"from": "gpt", "value": answer}], "label": good})
+    for index, question in enumerate(_IDENTITY_QUESTIONS):
+        good = index % 2 == 0
+        rows.append({"messages": [{"from": "human", "value": question}, {"from": "gpt", "value": _IDENTITY_ANSWER if good else "I do not know."}], "label": good})
+    rng.shuffle(rows)
+    return rows
+
+
+def _write_json(path: Path, rows: object) -> None:
+    path.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def _write_dataset(dataset_dir: Path, examples: Sequence[AlpacaExample]) -> None:
     dataset_dir.mkdir(parents=True, exist_ok=True)
     rows = [{"instruction": e.instruction, "input": e.input, "output": e.output} for e in examples]
-    (dataset_dir / DATASET_FILE).write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_json(dataset_dir / DATASET_FILE, rows)
+    _write_json(dataset_dir / PT_DATASET_FILE, [{"text": text} for text in _pt_texts()])
+    _write_json(dataset_dir / DPO_DATASET_FILE, _dpo_rows(random.Random(SEED + 1)))
+    _write_json(dataset_dir / KTO_DATASET_FILE, _kto_rows(random.Random(SEED + 2)))
     dataset_info = {
         DATASET_NAME: {
             "file_name": DATASET_FILE,
             "formatting": "alpaca",
             "columns": {"prompt": "instruction", "query": "input", "response": "output"},
-        }
+        },
+        PT_DATASET_NAME: {"file_name": PT_DATASET_FILE, "formatting": "alpaca", "columns": {"prompt": "text"}},
+        DPO_DATASET_NAME: {
+            "file_name": DPO_DATASET_FILE,
+            "formatting": "alpaca",
+            "ranking": True,
+            "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"},
+        },
+        KTO_DATASET_NAME: {
+            "file_name": KTO_DATASET_FILE,
+            "formatting": "sharegpt",
+            "columns": {"messages": "messages", "kto_tag": "label"},
+            "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt"},
+        },
     }
     (dataset_dir / "dataset_info.json").write_text(json.dumps(dataset_info, indent=2) + "\n", encoding="utf-8")
 

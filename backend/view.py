@@ -286,6 +286,8 @@ def loss_chart_names(locale: str = "en") -> dict[str, str]:
         "smoothed": t("chart.loss_smoothed", locale),
         "learning_rate": t("chart.learning_rate", locale),
         "step": t("chart.step", locale),
+        "accuracy": t("chart.reward_accuracy", locale),
+        "reward": t("chart.reward", locale),
     }
 
 

@@ -17,11 +17,11 @@ from backend.service import RocBoard, demo_form
 from backend.service.pipeline import LlamaFactoryCheckCache
 
 # Keys LLaMA-Factory 0.9.5's own training examples use that the form has no field for
-# (preference training, tokenized data, QLoRA's double quantization, Ray, vision), written
+# (preference-loss details, tokenized data, QLoRA's double quantization, Ray, vision), written
 # for this test, not copied.
 KEYS_THE_FORM_LACKS = {
-    "pref_beta": 0.2,
-    "pref_loss": "sigmoid",
+    "simpo_gamma": 0.5,
+    "kto_chosen_weight": 1.5,
     "tokenized_path": "/data/tokenized",
     "double_quantization": True,
     "ray_num_workers": 2,
@@ -47,6 +47,7 @@ def form(**changes):
         ("no_such_key_at_all_xyz: 1\n", "other-key-unknown", "no_such_key_at_all_xyz"),
         ("output_dir: /tmp/elsewhere\n", "other-key-owned", "output_dir"),
         ("learning_rate: 3\n", "other-key-in-form", "Learning rate"),
+        ("pref_beta: 0.2\n", "other-key-in-form", "pref_beta"),
         ("- a\n- b\n", "other-keys-not-mapping", "key: value"),
         ("a: [1,\n", "other-keys-not-yaml", "line"),
         ("".join(f"k{i}: {i}\n" for i in range(schema.OTHER_KEYS_MAX + 1)), "other-keys-too-many", str(schema.OTHER_KEYS_MAX)),
@@ -64,11 +65,11 @@ def test_a_bad_other_key_is_refused_with_its_reason_in_both_languages(text, rule
 
 
 def test_good_keys_pass_bad_ones_are_named_and_a_start_is_refused() -> None:
-    config, findings = parse_form(form(other_keys="pref_beta: 0.2\nlerning_rate: 1\nsave_total_limit: 2\n"))
+    config, findings = parse_form(form(other_keys="simpo_gamma: 0.2\nlerning_rate: 1\nsave_total_limit: 2\n"))
     assert [f.rule for f in findings] == ["other-key-unknown"]
-    assert dict(config.value("other_keys")) == {"pref_beta": 0.2, "save_total_limit": 2}
+    assert dict(config.value("other_keys")) == {"simpo_gamma": 0.2, "save_total_limit": 2}
     args = to_llamafactory_args(config, "/out")
-    assert args["pref_beta"] == 0.2 and args["save_total_limit"] == 2 and args["output_dir"] == "/out"
+    assert args["simpo_gamma"] == 0.2 and args["save_total_limit"] == 2 and args["output_dir"] == "/out"
 
 
 def test_other_keys_may_set_rocboards_defaults_but_never_where_the_run_writes() -> None:
@@ -110,7 +111,7 @@ def test_a_deepspeed_file_is_read_checked_shown_and_copied_into_the_run(board, t
     path = deepspeed_json(tmp_path, offload_optimizer={"device": "cpu"})
     found, findings = read_deepspeed_file(str(path))
     assert findings == [] and (found.stage, found.offload_optimizer, found.offload_param) == (3, "cpu", "none")
-    values = form(preset="mi300x", other_keys=f"deepspeed: {path}\npref_beta: 0.1\n")
+    values = form(preset="mi300x", other_keys=f"deepspeed: {path}\nsimpo_gamma: 0.1\n")
     preview = board.preview(values, ask_llamafactory=False)
     assert "ZeRO stage 3" in preview.command and str(path) in preview.command
     assert yaml.safe_load(preview.yaml_text)["deepspeed"] == USER_DEEPSPEED_FILE
@@ -196,9 +197,9 @@ def test_a_yaml_with_a_problem_does_not_start(board) -> None:
 
 
 def test_values_are_typed_as_llamafactory_types_them_and_checked_against_its_key_types() -> None:
-    pairs, findings = parse_other_keys("pref_beta: 1e-4\nray_num_workers: 2\n")
-    assert findings == [] and dict(pairs) == {"pref_beta": 1e-4, "ray_num_workers": 2}
-    pairs, findings = parse_other_keys("pref_beta: abc\nray_num_workers: 3.5\npref_loss: hinge2\n")
+    pairs, findings = parse_other_keys("simpo_gamma: 1e-4\nray_num_workers: 2\n")
+    assert findings == [] and dict(pairs) == {"simpo_gamma": 1e-4, "ray_num_workers": 2}
+    pairs, findings = parse_other_keys("simpo_gamma: abc\nray_num_workers: 3.5\neval_strategy: sometimes\n")
     assert pairs == ()
     assert sorted((f.key, f.rule) for f in findings) == [("other_keys", "other-key-type")] * 3
-    assert all("pref_" in f.problem or "ray_num_workers" in f.problem for f in findings)
+    assert all(any(name in f.problem for name in ("simpo_gamma", "ray_num_workers", "eval_strategy")) for f in findings)

@@ -104,7 +104,7 @@ CASES: list[tuple[str, dict[str, Any], str, str, str, dict[str, Any] | None]] = 
     ("unknown-key", {"make_it_fast": True}, "rx7900xtx", "make_it_fast", "yaml-unknown-key", {"make_it_fast": None}),
     ("finetuning-qlora", {"finetuning_type": "qlora"}, "rx7900xtx", "finetuning_type", "yaml-finetuning-qlora", {"finetuning_type": "lora", "quantization_bit": 4}),
     ("no-do-train", {"do_train": None}, "rx7900xtx", "do_train", "yaml-do-train", {"do_train": True}),
-    ("stage-dpo", {"stage": "dpo"}, "rx7900xtx", "stage", "yaml-stage-not-sft", None),
+    ("stage-ppo", {"stage": "ppo"}, "rx7900xtx", "stage", "yaml-stage-not-sft", None),
     ("no-template", {"template": None}, "rx7900xtx", "template", "yaml-template-unset", None),
     ("template-typo", {"template": "llama-3"}, "rx7900xtx", "template", "template-unknown", {"template": "llama3"}),
     ("lr-text", {"learning_rate": "fast"}, "rx7900xtx", "learning_rate", "not-a-number", None),

@@ -29,6 +29,7 @@ from backend.config.schema import (
 Precision = Literal["bf16", "fp16", "fp32"]
 FlashAttn = Literal["auto", "sdpa", "disabled", "fa2"]
 FinetuningType = Literal["lora", "freeze", "full"]
+Stage = Literal["pt", "sft", "rm", "dpo", "kto"]  # schema.STAGES: what the form runs
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,17 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class MethodSpec:
+    stage: Stage = "sft"
     finetuning_type: FinetuningType = "lora"
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     lora_target: str = "all"
     quantization_bit: int | None = None  # 4 or 8 = QLoRA through bitsandbytes
+    # DPO / KTO only (schema.PREFERENCE_STAGES); pref_loss is DPO's alone.
+    pref_beta: float = 0.1
+    pref_loss: str = "sigmoid"
+    pref_ftx: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
     """The LLaMA-Factory training arguments for `config`: what the run is first, then each
     form field in the schema's order (its codec decides the keys), then RocBoard's own."""
     values = {f.name: config.value(f.name) for f in schema.run_fields()}
-    args: dict[str, Any] = {"stage": "sft", "do_train": True}
+    args: dict[str, Any] = {"stage": config.method.stage, "do_train": True}
     for form_field in schema.run_fields():
         if form_field.yaml is not None:
             args.update(form_field.yaml.write(values[form_field.name], values))

@@ -107,6 +107,8 @@ _NUMBER_FIELDS: tuple[tuple[str, str, Callable[[RunConfig], float]], ...] = (
     ("lora_rank", "LoRA rank", lambda c: c.method.lora_rank),
     ("lora_alpha", "LoRA alpha", lambda c: c.method.lora_alpha),
     ("lora_dropout", "LoRA dropout", lambda c: c.method.lora_dropout),
+    ("pref_beta", "Preference beta", lambda c: c.method.pref_beta),
+    ("pref_ftx", "SFT loss weight", lambda c: c.method.pref_ftx),
 )
 
 
@@ -538,6 +540,56 @@ def _missing_tags(entry: dict[str, Any], rows: list[dict[str, Any]], messages: s
     return "dataset-message-keys-missing", (("missing", _names(missing)), ("have", _names(have)), ("messages", messages), ("snippet", snippet))
 
 
+# --- the stage against its datasets ----------------------------------------------------------
+# LLaMA-Factory reads a dataset by the stage (llamafactory/data/loader.py _get_merged_dataset):
+# rm and dpo read pairs (`"ranking": true`: chosen / rejected), every other stage refuses a
+# ranking dataset ("The dataset is not applicable in the current training stage." after the
+# model has loaded); kto reads one answer and a `kto_tag` column (true: a good answer, false: a
+# bad one; llamafactory/data/converter.py); pt trains on the text of the `prompt` column only.
+STAGES_READING_PAIRS = frozenset({"rm", "dpo"})
+
+
+def rule_stage_dataset(ctx: _Context) -> list[Finding]:
+    """The stage can read each dataset: pairs for rm / dpo, no pairs for the others, a kto_tag
+    for kto, a text column for pt. Datasets rule_dataset finds no entry for are its to report."""
+    data, stage = ctx.config.data, ctx.config.method.stage
+    if not data.dataset_dir or not data.datasets or data.dataset_dir.startswith(REMOTE_PREFIX) or path_problem(data.dataset_dir):
+        return []
+    try:
+        info_path = Path(data.dataset_dir).expanduser() / DATASET_INFO
+        if not info_path.is_file():
+            return []
+        info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+    except (OSError, ValueError):
+        return []
+    if error or not isinstance(info, dict):
+        return []
+    findings: list[Finding] = []
+    for name in data.datasets:
+        entry = info.get(name)
+        if isinstance(entry, dict):
+            findings += _stage_entry(stage, name, entry, str(info_path))
+    return findings
+
+
+def _stage_entry(stage: str, name: str, entry: dict[str, Any], file: str) -> list[Finding]:
+    ranking = entry.get("ranking") is True
+    columns = entry.get("columns") if isinstance(entry.get("columns"), dict) else {}
+    if stage in STAGES_READING_PAIRS and not ranking:
+        return [Finding.of("dataset", "stage-needs-ranking", stage=stage, name=_quoted(name), file=file)]
+    if stage not in STAGES_READING_PAIRS and ranking:
+        message = "stage-sft-on-ranking" if stage == "sft" else "stage-refuses-ranking"
+        return [Finding.of("dataset", "stage-refuses-ranking", message=message, stage=stage, name=_quoted(name), file=file)]
+    if stage == "kto" and not (isinstance(columns.get("kto_tag"), str) and columns["kto_tag"]):
+        return [Finding.of("dataset", "kto-needs-tag", name=_quoted(name), file=file)]
+    text_column = entry.get("formatting", "alpaca") == "alpaca" and isinstance(columns.get("prompt"), str) and columns["prompt"] and not columns.get("response")
+    if stage == "pt" and not text_column:
+        # It runs (on the alpaca default `instruction`, or a conversation's first turn), but
+        # trains on that text alone: the answers are never seen.
+        return [Finding.of("dataset", "pt-no-text-column", severity="warning", name=_quoted(name), file=file)]
+    return []
+
+
 # --- precision, attention, quantization -------------------------------------------------------
 
 
@@ -605,6 +657,7 @@ RULES: tuple[Rule, ...] = (
     rule_model_path,
     rule_template,
     rule_dataset,
+    rule_stage_dataset,
     rule_number_ranges,
     rule_steps_and_epochs,
     rule_cutoff,

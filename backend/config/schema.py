@@ -172,6 +172,26 @@ WARMUP_STEPS = YamlCodec(
     lambda args: args.get("warmup_steps", ABSENT),
     lambda value: {"warmup_steps": value or None},
 )
+# The training stages (LLaMA-Factory's `stage`). The form offers what trains from a dataset and a
+# model alone; ppo also needs a reward model (`reward_model`), so LLaMA-Factory takes it and the
+# form does not offer it (an imported `stage: ppo` is a warning).
+STAGES: tuple[str, ...] = ("pt", "sft", "rm", "dpo", "kto")
+STAGES_LLAMAFACTORY_ONLY: tuple[str, ...] = ("ppo",)
+PREFERENCE_STAGES: frozenset[str] = frozenset({"dpo", "kto"})  # the stages that read pref_*
+# LLaMA-Factory's `pref_loss` (RLHFArguments in llamafactory/hparams/finetuning_args.py): DPO's loss.
+PREF_LOSSES: tuple[str, ...] = ("sigmoid", "hinge", "ipo", "kto_pair", "orpo", "simpo")
+
+
+def only_for_stages(key: str, stages: frozenset[str]) -> YamlCodec:
+    """The value under one key, written only when the form's stage is one of `stages` (as
+    `plain(only_for_lora=True)` does for LoRA): an sft run's YAML carries no DPO beta."""
+
+    def write(value: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value} if values.get("stage") in stages else {}
+
+    return YamlCodec((key,), write, lambda args: args.get(key, ABSENT), lambda value: {key: value})
+
+
 # Empty (None) = every sample: the key is left out, as LLaMA-Factory's own default.
 MAX_SAMPLES = YamlCodec(
     ("max_samples",),
@@ -310,6 +330,9 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("template", "text", "llama3", "template", path="model.template", max_chars=64),
     Field("dataset_dir", "text", "", "dataset_dir", path="data.dataset_dir", max_chars=4096, row="data"),
     Field("dataset", "datasets", "", "dataset", codec=plain("dataset", lists_joined=True), path="data.datasets", max_chars=4096, row="data"),
+    # What is trained: pre-training on text, supervised fine-tuning, a reward model, or a preference
+    # method (DPO, KTO). The pref_* fields below are written only for dpo / kto.
+    Field("stage", "choice", "sft", "stage", path="method.stage", choices=STAGES, llamafactory_choices=STAGES_LLAMAFACTORY_ONLY, widget="radio", section="method"),
     Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method"),
     # beyond 1024 a LoRA is no longer low-rank
     Field("lora_rank", "int", 8, "lora_rank", codec=plain("lora_rank", only_for_lora=True), path="method.lora_rank", range=NumberRange(1, 1024, 8, rule="lora-rank-range"), widget="integer", section="method", row="lora"),
@@ -318,6 +341,11 @@ RUN_FIELDS: tuple[Field, ...] = (
     # Emptied, it means "all" (LLaMA-Factory's own default): an empty target trains nothing.
     Field("lora_target", "text", "all", "lora_target", codec=plain("lora_target", lists_joined=True, only_for_lora=True), path="method.lora_target", max_chars=1024, section="method", blank_is_default=True),
     Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method"),
+    # DPO / KTO: the preference loss's beta (LLaMA-Factory's default 0.1; above 100 the policy cannot
+    # move from the reference model), DPO's loss, and the weight of an added SFT loss on the chosen answer.
+    Field("pref_beta", "float", 0.1, "pref_beta", codec=only_for_stages("pref_beta", PREFERENCE_STAGES), path="method.pref_beta", range=NumberRange(0, 100, 0.1, rule="pref-beta-range", low_open=True), widget="number", section="method", row="pref"),
+    Field("pref_loss", "choice", "sigmoid", "pref_loss", codec=only_for_stages("pref_loss", frozenset({"dpo"})), path="method.pref_loss", choices=PREF_LOSSES, widget="dropdown", section="method", row="pref"),
+    Field("pref_ftx", "float", 0.0, "pref_ftx", codec=only_for_stages("pref_ftx", PREFERENCE_STAGES), path="method.pref_ftx", range=NumberRange(0, 1000, 0.0, rule="pref-ftx-range"), widget="number", section="method", row="pref"),
     # A textbox, so "5e-5" can be typed. Above 1 no fine-tuning recipe trains: a typo for 1e-4 is likelier.
     Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate", range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length"),
     Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length"),  # 0 = train by epochs
@@ -460,6 +488,9 @@ __all__ = [
     "FLASH_ATTN_CHOICES",
     "LR_SCHEDULERS",
     "OPTIMIZERS",
+    "PREF_LOSSES",
+    "PREFERENCE_STAGES",
+    "STAGES",
     "Field",
     "NumberRange",
     "PLAN_FIELDS",

@@ -48,7 +48,7 @@ PRECISION_KEYS = schema.PRECISION_KEYS
 # what is trained: importing them loses nothing.
 WRITTEN_BY_ROCBOARD = frozenset(
     {
-        "stage", "do_train", "output_dir", "plot_loss", "overwrite_output_dir", "report_to",
+        "do_train", "output_dir", "plot_loss", "overwrite_output_dir", "report_to",
         "quantization_method", "trust_remote_code",
         "use_cpu", "overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers",
         "logging_dir", "save_total_limit", "save_only_model", "ddp_timeout", "resume_from_checkpoint",
@@ -271,11 +271,20 @@ def rule_do_train(args: dict[str, Any], preset: HardwarePreset | None) -> list[F
 
 
 def rule_stage(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
+    """The form runs every stage it offers (schema.STAGES); an imported one is read into its
+    field. ppo is LLaMA-Factory's but needs a reward model the form has no field for: a
+    warning (a run from the form would train its default). Any other value is no stage at all:
+    a problem. The rule keeps its old name, yaml-stage-not-sft, for a stage the form does not run."""
+    from backend.config import shown  # a hostile file's value is shown short
+
     stage = args.get("stage", "sft")
-    if stage == "sft":
+    form_field = schema.field("stage")
+    if isinstance(stage, str) and stage in form_field.choices:
         return []
+    if isinstance(stage, str) and stage in form_field.llamafactory_choices:
+        return [Finding.of("stage", "yaml-stage-not-sft", message="yaml-stage-ppo", stage=shown(stage), default=form_field.default)]
     return [
-        Finding.of("stage", "yaml-stage-not-sft", severity="warning", stage=repr(stage))
+        Finding.of("stage", "yaml-stage-not-sft", stage=shown(stage), stages=", ".join(form_field.all_choices))
     ]
 
 

@@ -250,6 +250,11 @@ class MetricPoint:
     remaining: str
     throughput: float | None = None  # tokens per second, when the trainer counts tokens
     total_tokens: int | None = None
+    # Preference and reward stages (LLaMA-Factory's LogCallback, llamafactory/train/callbacks.py):
+    # `accuracy` is the trainer's `rewards/accuracies` (dpo: how often the chosen answer's reward
+    # beats the rejected one's), `reward` the mean reward ppo logs. Absent for pt / sft / kto / rm.
+    accuracy: float | None = None
+    reward: float | None = None
 
 
 def _number(value: Any) -> float | None:
@@ -279,6 +284,8 @@ def parse_metric(record: dict[str, Any]) -> MetricPoint | None:
         remaining=str(record.get("remaining_time", "")),
         throughput=_number(record.get("throughput")),
         total_tokens=tokens if isinstance(tokens, int) else None,
+        accuracy=_number(record.get("accuracy")),
+        reward=_number(record.get("reward")),
     )
 
 
@@ -300,7 +307,13 @@ class MetricSeries:
             last = self.latest
             # LLaMA-Factory's closing line repeats the last step without a loss: keep the loss.
             if last is not None and point.step == last.step and point.loss is None and last.loss is not None:
-                point = replace(point, loss=last.loss, lr=point.lr if point.lr is not None else last.lr)
+                point = replace(
+                    point,
+                    loss=last.loss,
+                    lr=point.lr if point.lr is not None else last.lr,
+                    accuracy=point.accuracy if point.accuracy is not None else last.accuracy,
+                    reward=point.reward if point.reward is not None else last.reward,
+                )
             while self.points and self.points[-1].step >= point.step:
                 self.points.pop()
             self.points.append(point)
