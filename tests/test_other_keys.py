@@ -203,3 +203,45 @@ def test_values_are_typed_as_llamafactory_types_them_and_checked_against_its_key
     assert pairs == ()
     assert sorted((f.key, f.rule) for f in findings) == [("other_keys", "other-key-type")] * 3
     assert all(any(name in f.problem for name in ("simpo_gamma", "ray_num_workers", "eval_strategy")) for f in findings)
+
+
+# One config of our own per kind of training YAML LLaMA-Factory 0.9.5 ships in examples/
+# (train_lora, train_qlora, train_full: sft with eval, pre-training, reward model, DPO, KTO,
+# QLoRA, vision-language, Ray, DeepSpeed), with the keys those files use.
+COMMON = {
+    "model_name_or_path": "/models/tiny", "trust_remote_code": True, "finetuning_type": "lora", "lora_rank": 8,
+    "lora_target": "all", "dataset_dir": "/data", "template": "llama3", "cutoff_len": 2048, "max_samples": 1000,
+    "overwrite_cache": True, "preprocessing_num_workers": 16, "dataloader_num_workers": 4, "output_dir": "saves/x",
+    "logging_steps": 10, "save_steps": 500, "plot_loss": True, "overwrite_output_dir": True, "save_only_model": False,
+    "report_to": "none", "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "learning_rate": 1.0e-4,
+    "num_train_epochs": 3.0, "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "bf16": True, "ddp_timeout": 180000000,
+    "resume_from_checkpoint": None,
+}
+EXAMPLE_KINDS = {
+    "sft-with-eval": {"stage": "sft", "do_train": True, "dataset": "identity", "val_size": 0.1, "per_device_eval_batch_size": 1, "eval_strategy": "steps", "eval_steps": 500},
+    "pt": {"stage": "pt", "do_train": True, "dataset": "c4_demo"},
+    "rm": {"stage": "rm", "do_train": True, "dataset": "dpo_en_demo"},
+    "dpo": {"stage": "dpo", "do_train": True, "dataset": "dpo_en_demo", "pref_beta": 0.1, "pref_loss": "sigmoid"},
+    "kto": {"stage": "kto", "do_train": True, "dataset": "kto_en_demo", "pref_beta": 0.1},
+    "qlora": {"stage": "sft", "do_train": True, "dataset": "identity", "quantization_bit": 4, "quantization_method": "bnb", "double_quantization": False},
+    "vision": {"stage": "sft", "do_train": True, "dataset": "mllm_demo", "image_max_pixels": 262144, "video_max_pixels": 16384, "freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False},
+    # 0.9.5's RayArguments has these two (ray_run_name, placement_strategy … came later: unknown to it).
+    "ray": {"stage": "sft", "do_train": True, "dataset": "identity", "ray_num_workers": 4, "ray_init_kwargs": {"runtime_env": {"env_vars": {"HF_HUB_OFFLINE": "1"}}}},
+    "tokenized": {"stage": "sft", "do_train": True, "dataset": "identity", "tokenized_path": "saves/tokenized"},
+    "deepspeed": {"stage": "sft", "do_train": True, "dataset": "identity", "deepspeed": "/abs/ds_z3_config.json"},
+}
+
+
+@pytest.mark.parametrize("kind", EXAMPLE_KINDS)
+def test_no_valid_key_of_an_example_kind_is_reported_unknown_or_dropped(kind) -> None:
+    args = {**COMMON, **EXAMPLE_KINDS[kind]}
+    result = import_yaml(yaml.safe_dump(args, sort_keys=False))
+    assert not [f for f in result.findings if f.rule == "yaml-unknown-key"], "a valid key was reported unknown"
+    from backend.config.yaml_import import form_values_from_args
+
+    in_form = set(schema.yaml_keys_in_form())
+    kept = yaml.safe_load(result.form_values.get("other_keys") or "") or {}
+    own = set(schema.ROCBOARD_OWNED_KEYS) | {key for key, value in schema.ROCBOARD_DEFAULTS.items() if args.get(key) == value}
+    assert form_values_from_args(args)  # the form reads its keys
+    lost = [key for key in args if key not in in_form and key not in kept and key not in own]
+    assert lost == [], f"{kind}: dropped {lost}"
