@@ -259,3 +259,25 @@ def test_the_cpu_demo_gets_an_estimate_not_a_config_json_error(demo_assets, tmp_
     for locale, words in (("en", "no GPU memory to compare with"), ("zh-CN", "没有可比较的显存")):
         shown = view.estimate_markdown(estimate, locale)
         assert words in shown and "config.json" not in shown
+
+
+def test_preference_stages_count_pairs_and_the_reference_model() -> None:
+    from backend.config import parse_form, schema
+    from backend.config.estimate import estimate_memory
+
+    def estimate(**changes):
+        config, findings = parse_form({**schema.form_defaults(), "model_path": "/models/Llama-3-8B", "dataset": "a", **changes})
+        assert findings == []
+        return estimate_memory(config, None)
+
+    sft, dpo = estimate(), estimate(stage="dpo")
+    # LoRA: the reference is the model with its adapters off (no second copy); pairs double the activations.
+    assert dpo.weights_bytes == sft.weights_bytes
+    assert dpo.activations_bytes == 2 * sft.activations_bytes
+    full_sft, full_dpo = estimate(finetuning_type="full"), estimate(finetuning_type="full", stage="dpo")
+    half = 2  # bf16
+    assert full_dpo.weights_bytes - full_sft.weights_bytes == full_sft.num_params * half
+    assert estimate(finetuning_type="full", stage="dpo", pref_loss="simpo").weights_bytes == full_sft.weights_bytes
+    kto = estimate(finetuning_type="full", stage="kto")
+    assert kto.weights_bytes == full_dpo.weights_bytes and kto.activations_bytes == full_sft.activations_bytes
+    assert any("reference" in str(a) for a in full_dpo.assumptions)

@@ -268,6 +268,12 @@ class _Knobs:
     lora_rank: int
     devices: int = 1
     on_cpu: bool = False  # no accelerator runtime to count
+    # Preference training: rm and dpo put a chosen and a rejected sequence through the model
+    # for each example (twice the activations); dpo (but for its orpo/simpo losses) and kto
+    # keep a frozen reference model, a second copy of the weights unless the method is LoRA
+    # (LLaMA-Factory's create_ref_model: LoRA uses the model with its adapters off).
+    sequences_per_example: int = 1
+    reference_model: bool = False
 
 
 def _knobs(config: RunConfig, preset: HardwarePreset | None) -> _Knobs:
@@ -281,7 +287,16 @@ def _knobs(config: RunConfig, preset: HardwarePreset | None) -> _Knobs:
         cutoff_len=max(1, config.data.cutoff_len),
         gradient_checkpointing=config.training.gradient_checkpointing,
         lora_rank=max(1, config.method.lora_rank),
+        sequences_per_example=2 if config.method.stage in ("rm", "dpo") else 1,
+        reference_model=_reference_model(config) and config.method.finetuning_type != "lora",
     )
+
+
+def _reference_model(config: RunConfig) -> bool:
+    """Whether the stage trains against a frozen reference model (finetuning_args.use_ref_model
+    for dpo; kto always)."""
+    stage = config.method.stage
+    return stage == "kto" or (stage == "dpo" and config.method.pref_loss not in ("orpo", "simpo"))
 
 
 def _bytes(shape: ModelShape, knobs: _Knobs, num_params: int) -> tuple[int, int, int, int, int]:
@@ -307,6 +322,8 @@ def _bytes(shape: ModelShape, knobs: _Knobs, num_params: int) -> tuple[int, int,
         else:
             weights = num_params * half
         trainable = trainable_params * (FP32 + FP32 + ADAMW_STATE_BYTES)
+    if knobs.reference_model:  # frozen, in the compute precision (its quantization aside)
+        weights += num_params * half
     if knobs.devices > 1:  # ZeRO-3 shards parameters, gradients and optimizer state
         weights //= knobs.devices
         trainable //= knobs.devices
@@ -317,7 +334,7 @@ def _bytes(shape: ModelShape, knobs: _Knobs, num_params: int) -> tuple[int, int,
 
 
 def _activation_bytes(shape: ModelShape, knobs: _Knobs, half: int) -> int:
-    tokens = knobs.batch_size * knobs.cutoff_len
+    tokens = knobs.batch_size * knobs.sequences_per_example * knobs.cutoff_len
     h, kv = shape.hidden_size, shape.kv_dim
     # What one decoder layer keeps per token for the backward pass: the inputs of the norms,
     # projections and attention, q/k/v and the attention output, the MLP's gate, up and
@@ -325,7 +342,7 @@ def _activation_bytes(shape: ModelShape, knobs: _Knobs, half: int) -> int:
     per_token_layer = half * (8 * h + 2 * kv + 4 * shape.active_intermediate()) + FP32 * 2 * h
     eager_attention = 0
     if knobs.flash_attn == "disabled":  # eager: the seq x seq score matrix, softmaxed in fp32
-        eager_attention = knobs.batch_size * shape.num_heads * knobs.cutoff_len**2 * (half + FP32)
+        eager_attention = knobs.batch_size * knobs.sequences_per_example * shape.num_heads * knobs.cutoff_len**2 * (half + FP32)
     one_layer = tokens * per_token_layer + eager_attention
     # The loss works on fp32 logits: the 16-bit logits, their fp32 copy, log-softmax and its gradient.
     logits = tokens * shape.vocab_size * (half + 3 * FP32)
@@ -365,6 +382,10 @@ def estimate_memory(
     fix = "" if verdict in ("fits", "unknown") else _cheapest_fix(shape, knobs, params, vram_bytes, preset, config)
     if knobs.quantization_bit and knobs.finetuning_type != "lora":
         assumptions += (Message("estimate.assume.quantization_lora_only"),)
+    if knobs.sequences_per_example > 1:
+        assumptions += (Message("estimate.assume.pairs", stage=config.method.stage),)
+    if knobs.reference_model:
+        assumptions += (Message("estimate.assume.reference_model", stage=config.method.stage),)
     return MemoryEstimate(
         weights_bytes=weights,
         trainable_bytes=trainable,
