@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.runs.artifacts import TOKENIZER_FILES
-from backend.config import NUMBER_RANGES, RunConfig, range_finding, shown
+from backend.config import NUMBER_RANGES, RunConfig, field_noun, range_finding, schema, shown
 from backend.config.estimate import GIB, estimate_memory, read_model_config
 from backend.findings import Finding
 from backend.config.presets import HardwarePreset
@@ -94,30 +94,18 @@ def rule_run_name(ctx: _Context) -> list[Finding]:
 # --- numbers --------------------------------------------------------------------------------
 
 
-# The form field each number of a RunConfig comes from, with the name messages give it.
-_NUMBER_FIELDS: tuple[tuple[str, str, Callable[[RunConfig], float]], ...] = (
-    ("learning_rate", "Learning rate", lambda c: c.training.learning_rate),
-    ("num_train_epochs", "Epochs", lambda c: c.training.num_train_epochs),
-    ("max_steps", "Max steps", lambda c: c.training.max_steps),
-    ("batch_size", "Batch size", lambda c: c.training.per_device_train_batch_size),
-    ("grad_accum", "Gradient accumulation", lambda c: c.training.gradient_accumulation_steps),
-    ("cutoff_len", "Cutoff length", lambda c: c.data.cutoff_len),
-    ("logging_steps", "Logging steps", lambda c: c.training.logging_steps),
-    ("save_steps", "Save steps", lambda c: c.training.save_steps),
-    ("lora_rank", "LoRA rank", lambda c: c.method.lora_rank),
-    ("lora_alpha", "LoRA alpha", lambda c: c.method.lora_alpha),
-    ("lora_dropout", "LoRA dropout", lambda c: c.method.lora_dropout),
-    ("pref_beta", "Preference beta", lambda c: c.method.pref_beta),
-    ("pref_ftx", "SFT loss weight", lambda c: c.method.pref_ftx),
-)
-
-
 def rule_number_ranges(ctx: _Context) -> list[Finding]:
     """Every number inside its NUMBER_RANGES range. parse_form already refuses values
     outside them; this holds for a RunConfig built in code (a test, a resumed run's form)."""
     findings: list[Finding] = []
-    for name, what, read in _NUMBER_FIELDS:
-        value = read(ctx.config)
+    # The schema's numbers (each with its range and its name in messages): no second table.
+    for form_field in schema.run_fields():
+        if form_field.range is None or form_field.kind not in ("int", "float", "optional_int"):
+            continue
+        name, what = form_field.name, field_noun(form_field.name)
+        value = ctx.config.value(name)
+        if value is None and form_field.kind == "optional_int":  # empty: every sample
+            continue
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
             findings.append(Finding.of(name, "not-a-number", message="not-a-number-float", patch={name: NUMBER_RANGES[name].example}, field=what, value=shown(value)))
             continue

@@ -87,7 +87,7 @@ def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float
         finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
         return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
     seconds = time.perf_counter() - started
-    answer = _last_json_line(done.stdout)
+    answer = last_json_line(done.stdout)
     if answer is None:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         # The helper's last line of output is the tool's own words: shown as written.
@@ -106,7 +106,9 @@ def _jsonable(args: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(args, default=str))
 
 
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
+def last_json_line(stdout: str) -> dict[str, Any] | None:
+    """A helper's answer: the last line of its stdout that is a JSON object (a library may
+    print before it)."""
     for line in reversed(stdout.strip().splitlines()):
         try:
             value = json.loads(line)

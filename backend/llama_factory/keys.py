@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.findings import Finding
+from backend.llama_factory.check import last_json_line
 from backend.i18n import Joined, Message
 from backend.security.child_env import child_env
 
@@ -415,17 +416,6 @@ def helper_command() -> list[str]:
     return [sys.executable, str(KEYS_WORKER)]
 
 
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
 def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=".keys-", suffix=".tmp", delete=False) as handle:
@@ -474,7 +464,7 @@ def refresh_catalogue(cache_dir: Path | None = None, *, force: bool = False, tim
         error = f"{type(exc).__name__}: {exc}"
     else:
         seconds = time.perf_counter() - started
-        answer = _last_json_line(done.stdout)
+        answer = last_json_line(done.stdout)
         if answer is None:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             error = f"exit {done.returncode}: {tail[:300]}"
