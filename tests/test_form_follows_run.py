@@ -69,3 +69,13 @@ def test_resume_is_offered_only_when_it_can_act(board, state, checkpoints, resum
     view = board.run_view(run_id)
     assert view.resumable is resumable
     assert view.active is False
+
+
+def test_a_runs_config_yaml_is_read_when_it_is_opened_not_at_every_tick(board):
+    run_id = make_run(board.store)
+    opened = board.run_view(run_id)
+    assert "max_steps: 30" in opened.config_yaml
+    (board.store.run_dir(run_id) / "output" / "trainer_log.jsonl").open("a").write('{"current_steps": 14, "total_steps": 30, "loss": 1.0}\n')
+    tick = board.run_view(run_id, shown=opened.version)
+    assert not tick.unchanged and tick.config_yaml is None
+    assert board.run_view(None).config_yaml == ""

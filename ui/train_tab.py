@@ -201,7 +201,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 gpu_table=run.gpu_table,
                 download=gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
                 log_tail=run.log_tail,
-                config_yaml=run.config_yaml,
+                config_yaml=gr.skip() if run.config_yaml is None else run.config_yaml,
                 stop_on_nan=gr.skip() if run.stop_on_nan is None else run.stop_on_nan,
                 version=run.version,
                 start=gr.update(interactive=editing and not run.active),

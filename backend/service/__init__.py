@@ -273,10 +273,12 @@ class RocBoard:
                 download = self.adapter_download(run_id)
             except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
                 download = None
-        try:
-            config_yaml = safe_files.read_text(self.store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
-        except (OSError, UnicodeDecodeError, ValueError):
-            config_yaml = ""
+        config_yaml = None  # a tick of a run already shown: its config.yaml is on the page
+        if shown is None:
+            try:
+                config_yaml = safe_files.read_text(self.store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
+            except (OSError, UnicodeDecodeError, ValueError):
+                config_yaml = ""
         return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:

@@ -146,7 +146,7 @@ class ConfigPipeline:
         findings: list[Finding] = []
         if preset is None:
             findings.append(Finding.of("preset", "unknown-preset", preset=repr(form.get("preset"))))
-        config, form_findings = parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
+        config, form_findings = self._typed(form, preset)
         findings += form_findings
         findings += self._check(config, preset)
         plan, plan_findings = self.plan_of(form, preset)
@@ -155,6 +155,11 @@ class ConfigPipeline:
 
         findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu))
         return config, findings, preset
+
+    @staticmethod
+    def _typed(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[RunConfig, list[Finding]]:
+        """The typed config of `form` on `preset`, and the form's own findings (no checks)."""
+        return parse_form(form, preset_env=preset.env if preset else (), use_cpu=bool(preset and preset.use_cpu))
 
     def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
         from backend.config.checks import check_config, check_output_dir
@@ -257,7 +262,10 @@ class ConfigPipeline:
         """Peak memory per device for the form's config on its preset."""
         from backend.config.estimate import estimate_memory
 
-        config, _, preset = self.parse(form)
+        # The typed config is all it needs: not the checks (they read the dataset's files),
+        # which the page's live checks run once already beside it.
+        preset = self.preset(str(form.get("preset", "")))
+        config, _ = self._typed(form, preset)
         return estimate_memory(config, preset)
 
     def import_yaml(self, text: str, preset_id: str) -> ImportResult:

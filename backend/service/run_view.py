@@ -36,18 +36,20 @@ class RunView:
     # page's checkbox keeps its value (the setting for the next start).
     stop_on_nan: bool | None = None
     resumable: bool = False  # stopped or failed with a complete checkpoint: Resume can act
-    config_yaml: str = ""  # the run's own config.yaml, as the trainer reads it
+    # The run's own config.yaml, as the trainer reads it; None: read only when the run is
+    # opened (it changes only at a start or a resume, so a tick does not resend it).
+    config_yaml: str | None = None
     unchanged: bool = False
 
 
 def idle_view(locale: str = "en") -> RunView:
     """No run watched yet."""
-    return RunView(None, status=view.status_markdown(None, locale=locale), progress=view.progress_html(None, locale))
+    return RunView(None, status=view.status_markdown(None, locale=locale), progress=view.progress_html(None, locale), config_yaml="")
 
 
 def gone_view(run_id: str, locale: str = "en") -> RunView:
     """The watched run's directory was deleted."""
-    return RunView(run_id, status=view.run_gone_markdown(run_id, locale), progress=view.progress_html(None, locale))
+    return RunView(run_id, status=view.run_gone_markdown(run_id, locale), progress=view.progress_html(None, locale), config_yaml="")
 
 
 def unchanged_view(snapshot: RunSnapshot, version: tuple) -> RunView:
@@ -62,7 +64,7 @@ def run_view(
     fix: str = "",
     download: Path | None = None,
     resumable: bool = False,
-    config_yaml: str = "",
+    config_yaml: str | None = None,
 ) -> RunView:
     run = snapshot.run
     return RunView(
