@@ -3,6 +3,10 @@
 No plotly import on the hot path: a figure is a small dict the browser's plotly.js draws.
 Long histories are downsampled for display only (the data on disk stays whole), with the
 last point always kept and a bucket's extremes kept so a spike never disappears.
+
+The loss chart's drawn points are kept up to date by the MetricSeries as points arrive
+(backend/runs/logs.py DrawnCurve): given the series, `loss_figure` costs O(drawn points),
+flat however long the run; given a list of points, it computes the same view from scratch.
 """
 
 from __future__ import annotations
@@ -11,10 +15,9 @@ import math
 from typing import Sequence
 
 from backend.i18n import translate
-from backend.runs.logs import MetricPoint
+from backend.runs.logs import DISPLAY_POINTS, SMOOTHING, Entry, MetricPoint, MetricSeries, drawn_curves, ema
 
-MAX_DISPLAY_POINTS = 600
-SMOOTHING = 0.8  # TensorBoard-style exponential moving average weight
+MAX_DISPLAY_POINTS = DISPLAY_POINTS
 
 LIGHT_LAYOUT = {
     "template": "plotly_white",
@@ -47,17 +50,9 @@ def downsample_indices(n: int, max_points: int = MAX_DISPLAY_POINTS, values: Seq
 
 
 def smooth(values: Sequence[float], weight: float = SMOOTHING) -> list[float]:
-    """Debiased exponential moving average, as TensorBoard draws it."""
-    out: list[float] = []
-    last, count = 0.0, 0
-    for value in values:
-        if not math.isfinite(value):
-            out.append(value)
-            continue
-        count += 1
-        last = last * weight + (1 - weight) * value
-        out.append(last / (1 - weight**count))
-    return out
+    """Debiased exponential moving average, as TensorBoard draws it; NaN and inf are passed
+    through and skipped (one implementation: backend.runs.logs.ema)."""
+    return ema(list(values), weight)
 
 
 def _json_number(value: float | None) -> float | None:
@@ -84,30 +79,41 @@ _EXTRA_TRACES: tuple[tuple[str, str, str], ...] = (
 MEMORY_NAMES = {"used": translate("chart.used"), "total": translate("chart.total"), "seconds": translate("chart.seconds"), "gib": translate("chart.gib")}
 
 
+def loss_curves(points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]]", max_points: int = MAX_DISPLAY_POINTS) -> dict[str, list[Entry]]:
+    """Each curve's drawn entries (index, step, value, smoothed): kept up to date by a
+    MetricSeries (O(drawn points)), a MetricSeries.chart() copy as is, or computed from a
+    list of points (O(points))."""
+    if isinstance(points, dict):
+        return points
+    if isinstance(points, MetricSeries):
+        if points.display_points == max_points and points.smoothing == SMOOTHING:
+            return points.chart()
+        points = points.points
+    return {name: curve.drawn() for name, curve in drawn_curves(points, max_points).items()}
+
+
 def loss_figure(
-    points: Sequence[MetricPoint],
+    points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]]",
     title: str = translate("chart.loss"),
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
 ) -> dict:
     """Raw and smoothed loss per step, with the learning rate on a second axis; a dpo run's
     reward accuracy (and a ppo run's reward) on axes of their own when the run logs them.
+    `points`: the run's MetricSeries (a redraw then costs O(drawn points)), a copy of its
+    `chart()` (taken under the lock its owner extends it under), or a list of points.
     `names` gives the trace and axis names in the page's language."""
     names = {**LOSS_NAMES, **(names or {})}
-    with_loss = [p for p in points if p.loss is not None]
-    steps = [p.step for p in with_loss]
-    losses = [float(p.loss) for p in with_loss]  # type: ignore[arg-type]
-    smoothed = smooth(losses)
-    keep = downsample_indices(len(steps), max_points, losses)
-    lr_points = [p for p in points if p.lr is not None]
-    lr_keep = downsample_indices(len(lr_points), max_points)
+    curves = loss_curves(points, max_points)
+    loss, lr = curves["loss"], curves["lr"]
+    loss_x = [e[1] for e in loss]
     data = [
         {
             "type": "scatter",
-            "mode": "lines+markers" if len(keep) <= 60 else "lines",
+            "mode": "lines+markers" if len(loss) <= 60 else "lines",
             "name": names["loss"],
-            "x": [steps[i] for i in keep],
-            "y": [_json_number(losses[i]) for i in keep],
+            "x": loss_x,
+            "y": [_json_number(e[2]) for e in loss],
             "line": {"color": "rgba(237,28,36,0.35)"},
             "marker": {"size": 4},
         },
@@ -115,16 +121,16 @@ def loss_figure(
             "type": "scatter",
             "mode": "lines",
             "name": names["smoothed"],
-            "x": [steps[i] for i in keep],
-            "y": [_json_number(smoothed[i]) for i in keep],
+            "x": list(loss_x),
+            "y": [_json_number(e[3]) for e in loss],
             "line": {"color": "rgb(237,28,36)", "width": 2},
         },
         {
             "type": "scatter",
             "mode": "lines",
             "name": names["learning_rate"],
-            "x": [lr_points[i].step for i in lr_keep],
-            "y": [lr_points[i].lr for i in lr_keep],
+            "x": [e[1] for e in lr],
+            "y": [_json_number(e[2]) for e in lr],
             "yaxis": "y2",
             "line": {"color": "rgba(80,80,80,0.6)", "dash": "dot"},
         },
@@ -138,18 +144,16 @@ def loss_figure(
     }
     extra_axes = 0
     for attribute, color, axis in _EXTRA_TRACES:
-        extra = [p for p in points if getattr(p, attribute) is not None]
+        extra = curves[attribute]
         if not extra:
             continue
-        values = [float(getattr(p, attribute)) for p in extra]
-        extra_keep = downsample_indices(len(extra), max_points, values)
         data.append(
             {
                 "type": "scatter",
-                "mode": "lines+markers" if len(extra_keep) <= 60 else "lines",
+                "mode": "lines+markers" if len(extra) <= 60 else "lines",
                 "name": names[attribute],
-                "x": [extra[i].step for i in extra_keep],
-                "y": [_json_number(values[i]) for i in extra_keep],
+                "x": [e[1] for e in extra],
+                "y": [_json_number(e[2]) for e in extra],
                 "yaxis": axis,
                 "line": {"color": color, "width": 1.5},
                 "marker": {"size": 4},

@@ -16,9 +16,14 @@ a symlink planted at a log is read as no file at all.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import secrets
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +41,9 @@ MAX_CHUNK_BYTES = 4 * 1024 * 1024
 # Points a curve keeps: the chart shows 600 of them; 20 000 keep its shape at any zoom.
 MAX_POINTS = 20_000
 RECENT_POINTS = 2_000  # never thinned: the alerts and the live end of the chart look here
+# Points a chart draws per curve at most (backend/charts.py), however many were logged.
+DISPLAY_POINTS = 600
+SMOOTHING = 0.8  # TensorBoard-style exponential moving average weight of the drawn loss
 
 
 class GrowingFile:
@@ -289,17 +297,228 @@ def parse_metric(record: dict[str, Any]) -> MetricPoint | None:
     )
 
 
+# An entry of a drawn curve: (its index in the curve, step, value, smoothed value or None).
+Entry = tuple[int, int, float, float | None]
+
+
+class DrawnCurve:
+    """The points of one curve worth drawing, kept up to date as the curve grows: appending a
+    point costs O(1) amortised and reading the drawn points O(drawn), never O(logged).
+
+    The rule (the same as `from_values`, which applies it from scratch): the curve is cut into
+    buckets of `width` consecutive points, `width` the smallest power of two that keeps the
+    buckets at most `max_buckets`; a bucket shows its first point and, with `extremes`, its
+    lowest and its highest value (NaN skipped; a tie shows the earliest low and the latest
+    high), so a spike never disappears; the curve's last point is always shown. At most
+    `max_points` points are drawn.
+
+    Appending touches the last bucket only; when one bucket too many would open, neighbours
+    merge pairwise and `width` doubles (what from-scratch bucketing at that width gives).
+    `epoch` grows at each merge or truncation: then every drawn point may have changed.
+    After a `truncate` (a resumed run going back), `width` stays as it was: the view may be
+    coarser than from scratch, never over its bound."""
+
+    __slots__ = ("extremes", "max_buckets", "width", "count", "buckets", "last", "epoch", "_prefix", "_prefix_key")
+
+    def __init__(self, max_points: int = DISPLAY_POINTS, extremes: bool = True):
+        self.extremes = extremes
+        self.max_buckets = max(1, (max_points - 1) // (3 if extremes else 1))
+        self.width = 1
+        self.count = 0
+        # Each bucket: [first, low, high, last] entries (low and high None without extremes,
+        # or when every value in it is NaN).
+        self.buckets: list[list[Any]] = []
+        self.last: Entry | None = None
+        self.epoch = 0
+        self._prefix: list[Entry] = []  # the drawn entries of buckets[:n], cached
+        self._prefix_key = (0, 0)  # (epoch, n) the cache was made for
+
+    @classmethod
+    def from_values(cls, steps: list[int], values: list[float], smoothed: list[float] | None = None, max_points: int = DISPLAY_POINTS, extremes: bool = True) -> "DrawnCurve":
+        """The curve built in one go (C-speed min/max per bucket); appending goes on from there."""
+        curve = cls(max_points, extremes)
+        n = len(values)
+        width = 1
+        while -(-n // width) > curve.max_buckets:
+            width *= 2
+
+        def entry(i: int) -> Entry:
+            return (i, steps[i], values[i], smoothed[i] if smoothed is not None else None)
+
+        for start in range(0, n, width):
+            end = min(n, start + width)
+            low = high = None
+            if extremes:
+                window = values[start:end]
+                clean = [v for v in window if v == v]  # NaN is the value unequal to itself
+                if clean:
+                    low = entry(start + window.index(min(clean)))
+                    high = entry(end - 1 - window[::-1].index(max(clean)))
+            curve.buckets.append([entry(start), low, high, entry(end - 1)])
+        curve.width, curve.count = width, n
+        curve.last = entry(n - 1) if n else None
+        return curve
+
+    def add(self, step: int, value: float, smoothed: float | None = None) -> None:
+        index = self.count
+        if index // self.width >= self.max_buckets:
+            self._merge()
+        entry = (index, step, value, smoothed)
+        self.count += 1
+        self.last = entry
+        ranked = self.extremes and value == value
+        if index // self.width == len(self.buckets):
+            self.buckets.append([entry, entry if ranked else None, entry if ranked else None, entry])
+            return
+        bucket = self.buckets[-1]
+        bucket[3] = entry
+        if ranked:
+            low, high = bucket[1], bucket[2]
+            if low is None or value < low[2]:
+                bucket[1] = entry
+            if high is None or value >= high[2]:
+                bucket[2] = entry
+
+    def _merge(self) -> None:
+        buckets, merged = self.buckets, []
+        for j in range(0, len(buckets) - 1, 2):
+            a, b = buckets[j], buckets[j + 1]
+            low = a[1] if b[1] is None or (a[1] is not None and a[1][2] <= b[1][2]) else b[1]
+            high = a[2] if b[2] is None or (a[2] is not None and a[2][2] > b[2][2]) else b[2]
+            merged.append([a[0], low, high, b[3]])
+        if len(buckets) % 2:
+            merged.append(buckets[-1])
+        self.buckets = merged
+        self.width *= 2
+        self.epoch += 1
+
+    def truncate(self, step: int) -> int | None:
+        """Drops the buckets that hold a point at `step` or later; returns the first step of
+        what was dropped (the caller appends again the points it keeps from there), or None
+        when nothing was."""
+        if self.last is None or self.last[1] < step:
+            return None
+        b = len(self.buckets) - 1
+        while b > 0 and self.buckets[b][0][1] >= step:
+            b -= 1
+        if self.buckets[b][0][1] >= step:
+            b = 0
+        elif self.buckets[b][3][1] < step:
+            b += 1
+        dropped_from = self.buckets[b][0][1]
+        del self.buckets[b:]
+        self.count = b * self.width
+        self.last = self.buckets[-1][3] if self.buckets else None
+        self.epoch += 1
+        return dropped_from
+
+    @staticmethod
+    def _bucket_entries(bucket: list[Any], out: list[Entry]) -> None:
+        first, low, high = bucket[0], bucket[1], bucket[2]
+        out.append(first)
+        if low is None:
+            return
+        a, b = (low, high) if low[0] <= high[0] else (high, low)
+        if a[0] != first[0]:
+            out.append(a)
+        if b[0] != a[0]:
+            out.append(b)
+
+    def drawn(self, from_bucket: int = 0) -> list[Entry]:
+        """The drawn entries in order, from bucket `from_bucket` on (0: all)."""
+        full = len(self.buckets) - 1  # every bucket but the last is complete: cached
+        epoch, cached = self._prefix_key
+        if epoch != self.epoch or cached > full:
+            self._prefix, cached = [], 0
+        for bucket in self.buckets[cached:full]:
+            self._bucket_entries(bucket, self._prefix)
+        self._prefix_key = (self.epoch, max(full, 0))
+        if from_bucket <= 0:
+            out = list(self._prefix)
+        else:
+            out = []
+            for bucket in self.buckets[from_bucket:full]:
+                self._bucket_entries(bucket, out)
+        if self.buckets and from_bucket <= full:
+            self._bucket_entries(self.buckets[-1], out)
+        if self.last is not None and (not out or out[-1][0] != self.last[0]):
+            out.append(self.last)
+        return out
+
+
+def ema(values: list[float], weight: float = SMOOTHING) -> list[float]:
+    """Debiased exponential moving average, as TensorBoard draws it; NaN and inf are passed
+    through and skipped (backend.charts.smooth, which MetricSeries computes point by point)."""
+    out: list[float] = []
+    last, count = 0.0, 0
+    for value in values:
+        if not math.isfinite(value):
+            out.append(value)
+            continue
+        count += 1
+        last = last * weight + (1 - weight) * value
+        out.append(last / (1 - weight**count))
+    return out
+
+
+# The curves a loss chart draws: MetricPoint attribute and whether a bucket keeps its extremes
+# (the learning rate follows its schedule: its first point per bucket is enough).
+CURVES: tuple[tuple[str, bool], ...] = (("loss", True), ("lr", False), ("accuracy", True), ("reward", True))
+
+
+def drawn_curves(points: "list[MetricPoint] | tuple[MetricPoint, ...]", max_points: int = DISPLAY_POINTS, weight: float = SMOOTHING) -> dict[str, DrawnCurve]:
+    """The drawn curves of a list of points, from scratch (O(points)): what a MetricSeries
+    keeps up to date point by point."""
+    curves = {}
+    all_steps = list(map(attrgetter("step"), points))
+    for name, extremes in CURVES:
+        raw = list(map(attrgetter(name), points))
+        missing = raw.count(None)
+        if missing == len(raw):  # a curve the run does not log (accuracy, reward for sft)
+            steps, raw = [], []
+        elif missing:
+            kept = [i for i, v in enumerate(raw) if v is not None]
+            steps, raw = [all_steps[i] for i in kept], [raw[i] for i in kept]
+        else:
+            steps = all_steps
+        values = list(map(float, raw))
+        smoothed = ema(values, weight) if name == "loss" else None
+        curves[name] = DrawnCurve.from_values(steps, values, smoothed, max_points, extremes)
+    return curves
+
+
+def _json_number(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 class MetricSeries:
     """The points of one run's curve, kept gap-free and without duplicate steps.
 
     A resumed run logs again from its checkpoint's step (`... 24, 25, 21, 22 ...`): the
     steps it repeats replace the old ones, so the curve continues from the checkpoint.
+
+    For the chart it also keeps, point by point, the loss's smoothed value (each computed
+    once, when its point arrives) and each curve's drawn points (DrawnCurve): a redraw costs
+    O(drawn points) however long the run. The drawn curves see every point that arrived (the
+    thinning of `points` does not touch them); a resume going back re-appends, from `points`,
+    the kept points of the last buckets it cut. `version` grows with each change;
+    `chart_since(cursor)` gives what a browser holding an older view must redraw. The series
+    is not thread-safe: read it under the lock its owner extends it under.
     """
 
-    def __init__(self, max_points: int = MAX_POINTS, recent: int = RECENT_POINTS) -> None:
+    def __init__(self, max_points: int = MAX_POINTS, recent: int = RECENT_POINTS, display_points: int = DISPLAY_POINTS, smoothing: float = SMOOTHING) -> None:
         self.points: list[MetricPoint] = []
         self.max_points = max(max_points, recent + 2)
         self.recent = recent
+        self.display_points = display_points
+        self.smoothing = smoothing
+        self.version = 0  # grows with each change of the points
+        self.curves = {name: DrawnCurve(display_points, extremes) for name, extremes in CURVES}
+        # The loss's EMA state after each of `points` (biased average, finite losses so far),
+        # so a resume going back continues the smoothing from where it was.
+        self._ema_sum = array("d")
+        self._ema_count = array("q")
+        self._nonce = secrets.token_hex(4)  # tells this series' cursors from another's
 
     def extend(self, new_points: list[MetricPoint]) -> bool:
         changed = False
@@ -314,21 +533,108 @@ class MetricSeries:
                     accuracy=point.accuracy if point.accuracy is not None else last.accuracy,
                     reward=point.reward if point.reward is not None else last.reward,
                 )
-            while self.points and self.points[-1].step >= point.step:
-                self.points.pop()
-            self.points.append(point)
+            if self.points and self.points[-1].step >= point.step:
+                self._go_back(point.step)
+            self._append(point)
             changed = True
             if len(self.points) > self.max_points:
                 self._thin()
+        if changed:
+            self.version += 1
         return changed
+
+    def _append(self, point: MetricPoint) -> None:
+        total, count = (self._ema_sum[-1], self._ema_count[-1]) if self.points else (0.0, 0)
+        smoothed = None
+        if point.loss is not None:
+            loss = float(point.loss)
+            if math.isfinite(loss):
+                count += 1
+                total = total * self.smoothing + (1 - self.smoothing) * loss
+                smoothed = total / (1 - self.smoothing**count)
+            else:
+                smoothed = loss
+            self.curves["loss"].add(point.step, loss, smoothed)
+        self.points.append(point)
+        self._ema_sum.append(total)
+        self._ema_count.append(count)
+        for name, _ in CURVES[1:]:
+            value = getattr(point, name)
+            if value is not None:
+                self.curves[name].add(point.step, float(value))
+
+    def _go_back(self, step: int) -> None:
+        """Drops the points at `step` and after (a resume logs them again) from the points,
+        the smoothing state and the drawn curves."""
+        cut = bisect_left(self.points, step, key=lambda p: p.step)
+        del self.points[cut:], self._ema_sum[cut:], self._ema_count[cut:]
+        for name, curve in self.curves.items():
+            start = curve.truncate(step)
+            if start is None:
+                continue
+            for i in range(bisect_left(self.points, start, key=lambda p: p.step), len(self.points)):
+                value = getattr(self.points[i], name)
+                if value is None:
+                    continue
+                value = float(value)
+                smoothed = None
+                if name == "loss":
+                    smoothed = self._ema_sum[i] / (1 - self.smoothing ** self._ema_count[i]) if math.isfinite(value) else value
+                curve.add(self.points[i].step, value, smoothed)
 
     def _thin(self) -> None:
         """Halves the older points (every other one goes; the first stays), keeping the
         recent ones whole: memory stays bounded however long the log grows."""
-        older, recent = self.points[: -self.recent], self.points[-self.recent :]
-        self.points = older[::2] + recent
+        split = len(self.points) - self.recent
+        self.points = self.points[:split:2] + self.points[split:]
+        self._ema_sum = self._ema_sum[:split:2] + self._ema_sum[split:]
+        self._ema_count = self._ema_count[:split:2] + self._ema_count[split:]
 
     @property
     def latest(self) -> MetricPoint | None:
         return self.points[-1] if self.points else None
 
+    def smoothed(self) -> list[float | None]:
+        """The smoothed loss after each of `points` (None where a point has no loss)."""
+        w = self.smoothing
+        out: list[float | None] = []
+        for point, total, count in zip(self.points, self._ema_sum, self._ema_count):
+            if point.loss is None:
+                out.append(None)
+            elif math.isfinite(point.loss):
+                out.append(total / (1 - w**count))
+            else:
+                out.append(float(point.loss))
+        return out
+
+    def chart(self) -> dict[str, list[Entry]]:
+        """Each curve's drawn entries (index, step, value, smoothed), copied: what
+        backend.charts.loss_figure draws. O(drawn points)."""
+        return {name: curve.drawn() for name, curve in self.curves.items()}
+
+    def chart_since(self, cursor: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What changed in the drawn curves since `cursor` (the `cursor` of an earlier answer;
+        None: everything), JSON-able, O(points sent):
+
+        {"version": int, "cursor": {...}, "curves": {name: {"reset": bool, "x": [steps],
+        "y": [values], "smoothed": [...] (loss only)}}}
+
+        A browser holding a curve drops, when `reset`, all its points, else those at a step
+        >= x[0], then appends x/y (NaN and inf sent as None: a gap). A curve that did not
+        change is left out. The view is re-bucketed now and then (its buckets merge as the
+        run grows, or a resume cut it): then `reset` is true and the whole curve is sent."""
+        seen = cursor.get("curves", {}) if isinstance(cursor, dict) and cursor.get("series") == self._nonce else {}
+        answer: dict[str, Any] = {"version": self.version, "cursor": {"series": self._nonce, "version": self.version, "curves": {}}, "curves": {}}
+        for name, curve in self.curves.items():
+            mark = [curve.epoch, len(curve.buckets), curve.count]
+            answer["cursor"]["curves"][name] = mark
+            before = seen.get(name)
+            if before == mark or (before is None and not curve.count):
+                continue
+            fresh = not (isinstance(before, list) and len(before) == 3 and before[0] == curve.epoch and 0 < before[1] <= len(curve.buckets))
+            entries = curve.drawn() if fresh else curve.drawn(before[1] - 1)
+            sent: dict[str, Any] = {"reset": fresh, "x": [e[1] for e in entries], "y": [_json_number(e[2]) for e in entries]}
+            if name == "loss":
+                sent["smoothed"] = [_json_number(e[3]) for e in entries]
+            answer["curves"][name] = sent
+        return answer
