@@ -1,6 +1,6 @@
 """RocBoard's command line: serve the page (default), or check / telemetry / doctor.
 
-    python app.py [--host 127.0.0.1] [--port 7860] [--runs-dir runs] [--auth USER:PASSWORD]
+    python app.py [--host 127.0.0.1] [--port 7860] [--runs-dir runs] [--auth USER:PASSWORD] [--no-warm-start]
     python app.py check FILE.yaml [--preset NAME] [--fix]
     python app.py telemetry [--json] [--sysfs-root DIR]
     python app.py doctor [--json]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.charts import MemorySeries
-from backend.runs.logs import MetricPoint
+from backend.runs.logs import Entry, MetricPoint
 from backend.runs import RunState
 
 
@@ -24,6 +24,9 @@ class RunSnapshot:
     garbage_lines: int
     alert: str | None  # NaN/inf loss or exploding gradients, said at once
     version: tuple  # changes whenever anything the page shows changes
+    # The loss chart's drawn curves (MetricSeries.chart), kept as the points arrived; None:
+    # the chart is computed from `points`.
+    chart: dict[str, list[Entry]] | None = None
 
 
 __all__ = ["RunSnapshot"]

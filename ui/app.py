@@ -9,6 +9,7 @@ from backend.i18n import pick_locale
 from backend.service import RocBoard
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
+from ui.live import live_script
 from ui.runs_tab import RUNS_CSS, build_runs_tab
 from ui.train_tab import ACTIONS_CSS, build_train_tab
 from ui.widgets import Texts
@@ -18,7 +19,9 @@ TRAIN_TAB_ID = "train"
 
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
-    with gr.Blocks(title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS, theme=gr.themes.Default(primary_hue="red")) as page:
+    with gr.Blocks(
+        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
+    ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
             language = gr.Radio([("English", "en"), ("中文", "zh-CN")], value="en", show_label=False, container=False, elem_id="language", scale=0, min_width=200)

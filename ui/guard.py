@@ -514,8 +514,12 @@ class Guard:
         backoff: LoginBackoff | None = None,
         uploads: UploadQuota | None = None,
         log: Callable[[str], None] | None = None,
+        own_routes: Callable[[Any], Any] | None = None,
     ):
         self.policy = policy
+        # RocBoard's own routes (ui/live.py), put in front of Gradio's app and behind every
+        # check made here: given Gradio's app, returns the app that answers first.
+        self.own_routes = own_routes
         self.backoff = backoff or LoginBackoff()
         self.uploads = uploads or UploadQuota()
         self.log = log or (lambda text: print(text, file=sys.stderr, flush=True))
@@ -540,7 +544,7 @@ class Guard:
     def install(self, app: Any) -> None:
         """Wraps the app's whole middleware stack (Gradio's CORS and error handling included)."""
         stack = getattr(app, "middleware_stack", None) or app.build_middleware_stack()
-        self.inner = stack
+        self.inner = self.own_routes(stack) if self.own_routes is not None else stack
         app.middleware_stack = self
         self.session_user = gradio_session_user(app)
 

@@ -24,6 +24,22 @@ from urllib.parse import urlsplit
 APP_DIR_PREFIX = "rocboard-app-"
 
 
+
+# Gradio's queue looks for work 20 times a second and for progress to send 10 times a
+# second, even with nothing queued: most of an idle server's CPU (BENCHMARKS.md, section 2).
+# RocBoard reports no gr.Progress, and its queued events (Start, Resume, Stop, the checks)
+# take seconds, so a look every 0.1 s for work and every 1 s for progress costs nothing a user
+# can see. Private attributes of gradio.queueing.Queue (5.x): left as they are if renamed.
+QUEUE_WORK_POLL_S = 0.1
+QUEUE_PROGRESS_POLL_S = 1.0
+
+
+def quiet_queue(page: object) -> None:
+    queue = getattr(page, "_queue", None)
+    if queue is not None and hasattr(queue, "sleep_when_free") and hasattr(queue, "progress_update_sleep_when_free"):
+        queue.sleep_when_free = QUEUE_WORK_POLL_S
+        queue.progress_update_sleep_when_free = QUEUE_PROGRESS_POLL_S
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description="Serve the RocBoard page.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -40,6 +56,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "Requests naming any other Host are refused.",
     )
     parser.add_argument("--share", action="store_true", help="ask Gradio for a public share link (needs a login; off unless given)")
+    parser.add_argument(
+        "--no-warm-start",
+        action="store_true",
+        help="no long-lived LLaMA-Factory helper: every check and every trainer imports torch anew "
+        "(also ROCBOARD_WARM_START=0; see docs/architecture.md)",
+    )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     return parser.parse_args(argv)
 
@@ -181,10 +203,15 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     from backend.telemetry.sampler import Sampler
     from ui.app import build_ui
     from ui.guard import EdgePolicy, Guard, UploadQuota, allowed_host_names, is_wildcard_bind, normalize_host_name
+    from ui.live import LiveRoutes
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
-    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports)
+    from backend.llama_factory.helper_client import warm_start_enabled
+
+    # The LLaMA-Factory helper (imports torch once; checks and trainers fork from it).
+    warm = not args.no_warm_start and warm_start_enabled()
+    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports, warm_helper=warm)
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)
@@ -193,12 +220,17 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)
     page = build_ui(board)
     page.queue(default_concurrency_limit=4)
+    quiet_queue(page)
     policy = EdgePolicy(
         host_names=allowed_host_names(args.host, listed, own_host_names() if is_wildcard_bind(args.host) else ()),
         listed_names=frozenset(listed),
         login_required=credentials is not None,
     )
-    guard = Guard(policy, uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging))
+    guard = Guard(
+        policy,
+        uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging),
+        own_routes=lambda gradio_app: LiveRoutes(gradio_app, board),
+    )
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -237,4 +269,5 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         pass
     print("RocBoard: stopping.", file=sys.stderr, flush=True)
     page.close()
+    board.close_helper()  # EOF on its stdin; running trainers keep running
     return 0

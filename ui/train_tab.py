@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,9 +11,9 @@ import gradio as gr
 from backend import view
 from backend.config import schema
 from backend.service import RocBoard, RunView, demo_form
-from ui.widgets import Texts, plot
+from ui.live import live_state_html
+from ui.widgets import Texts
 
-TICK_S = 1.0
 DIST_FIELDS = tuple(f.name for f in schema.plan_fields())
 ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 
@@ -82,15 +83,24 @@ def build_form_fields(
     return widgets
 
 
+# Where the watcher script draws a chart (ui/live.js).
+CHART_HOST = '<div class="rb-chart"></div>'
+
 # The action bar stays in view at the bottom of the window while the form scrolls (a
 # 1000-px-high window otherwise puts Start 700 px below the fold), in both languages.
 # Gradio's container has overflow: hidden, which would make it the bar's scroll box (and
 # the bar never stick); `clip` cuts the same overflow without being one.
 ACTIONS_CSS = """
+.rb-hidden { display: none !important; }
+.rb-chart { width: 100%; min-height: 340px; }
 .gradio-container { overflow: clip !important; }
 #actions { position: sticky; bottom: 0; z-index: 20; background: var(--background-fill-primary);
   padding: 8px 0; border-top: 1px solid var(--border-color-primary); }
 #status .pending, #form-mode .pending { opacity: 1 !important; }
+/* The watcher refreshes these every second while a run trains: no "pending" flash (an
+   animation the browser would paint for each refresh) and no relayout of the whole page. */
+#status, #alert, #progress, #gpu-table, #live-state, #loss-chart, #memory-chart { contain: layout paint style; }
+#status .pending, #alert .pending, #progress .pending, #gpu-table .pending, #live-state .pending { animation: none !important; opacity: 1 !important; }
 """
 
 
@@ -102,7 +112,7 @@ class TrainTab:
     mode: Any  # gr.State: {"editing": bool, "run_id": str | None}, what the form shows
     run_outputs: list[Any]  # the run panel's components, in the order `show` and `render` update them
     open_outputs: list[Any]  # what `open_run` updates: the watched run, the form, the panel
-    timer: Any
+    refresh: Any  # the hidden button the watcher script presses when the run shown changed (ui/live.py)
     show: Any  # (RunView, editing) -> updates for run_outputs
     render: Any  # (run_id, shown_version, locale, mode) -> updates for run_outputs
     open_run: Any  # (run_id, locale) -> updates for open_outputs: the form shows that run, read-only
@@ -120,7 +130,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     shown: dict[str, Any] = {}
 
     watched_run = gr.State(None)  # the run this tab shows
-    shown_version = gr.State(None)  # what the tab last drew: nothing is sent when unchanged
+    shown_version = gr.State(None)  # what the tab last drew (see `render`): nothing is sent when unchanged
     mode = gr.State({"editing": True, "run_id": None})
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
@@ -148,8 +158,10 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             status = gr.Markdown(view.status_markdown(None), elem_id="status")
             alert = gr.Markdown("", elem_id="alert")
             progress = gr.HTML(view.progress_html(None), elem_id="progress")
-            loss_chart = texts.label(gr.Plot(label=texts("label.loss_chart"), elem_id="loss-chart"), "label.loss_chart")
-            memory_chart = texts.label(gr.Plot(label=texts("label.memory_chart"), elem_id="memory-chart"), "label.memory_chart")
+            # Drawn by the page's watcher script with the charts it fetches (ui/live.py, live.js);
+            # Gradio never re-sends them.
+            gr.HTML(CHART_HOST, elem_id="loss-chart", padding=False)
+            gr.HTML(CHART_HOST, elem_id="memory-chart", padding=False)
             gpu_table = gr.Markdown("", elem_id="gpu-table")
             # A DownloadButton's words are its label; its value is the file.
             download = texts.label(
@@ -162,7 +174,13 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 run_config = gr.Code(language="yaml", label="config.yaml", elem_id="run-config")
             with texts.label(gr.Accordion(texts("accordion.log"), open=False), "accordion.log"):
                 log_tail = gr.Code(label="train.log", elem_id="log-tail")
-    timer = gr.Timer(TICK_S, active=False)
+    # What the watcher script reads (which run, which version, whether it trains) and the
+    # button it presses when that run changed: the panel's one Gradio event while watching.
+    live_state = gr.HTML(live_state_html(None, None, False, "en"), elem_id="live-state", elem_classes=["rb-hidden"])
+    refresh = gr.Button("", elem_id="live-refresh-all", elem_classes=["rb-hidden"])
+    # The same for a run that still trains: only what changes while it does (fewer outputs,
+    # less work for the browser, which re-renders every output of an event).
+    refresh_ticking = gr.Button("", elem_id="live-refresh", elem_classes=["rb-hidden"])
 
     form_inputs = [fields[name] for name in ALL_FIELDS]
     # The run panel: each member of a RunView and the component that shows it, by name.
@@ -170,44 +188,50 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         "status": status,
         "alert": alert,
         "progress": progress,
-        "loss_figure": loss_chart,
-        "memory_figure": memory_chart,
         "gpu_table": gpu_table,
         "download": download,
         "log_tail": log_tail,
         "config_yaml": run_config,
         "stop_on_nan": stop_on_nan,
         "version": shown_version,
-        "timer": timer,
+        "live": live_state,
         "start": start_button,
         "stop": stop_button,
         "resume": resume_button,
     }
     run_outputs = list(panel.values())
 
-    def show(run: RunView, editing: bool = True) -> list[Any]:
+    def show(run: RunView, editing: bool = True, locale: str = "en", sent: dict[str, str] | None = None) -> list[Any]:
         """The panel's updates for `run`, component by component; gr.skip() for what the tab
-        already shows. Start can act on an editable form while no run trains; Stop on a
-        training run; Resume on a stopped or failed run with a checkpoint."""
-        ticking = gr.skip() if run.unchanged and run.active else gr.Timer(active=run.active)
-        updates: dict[str, Any] = {"timer": ticking}
-        if not run.unchanged:
-            updates.update(
-                status=run.status,
-                alert=run.alert,
-                progress=run.progress,
-                loss_figure=plot(run.loss_figure),
-                memory_figure=plot(run.memory_figure),
-                gpu_table=run.gpu_table,
-                download=gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
-                log_tail=run.log_tail,
-                config_yaml=gr.skip() if run.config_yaml is None else run.config_yaml,
-                stop_on_nan=gr.skip() if run.stop_on_nan is None else run.stop_on_nan,
-                version=run.version,
-                start=gr.update(interactive=editing and not run.active),
-                stop=gr.update(interactive=run.active),
-                resume=gr.update(interactive=run.resumable and not run.active),
-            )
+        already shows: all of it when the run's version is the one drawn, else each member
+        whose value is the one last sent (`sent`: a digest per member; None: send all).
+        Start can act on an editable form while no run trains; Stop on a training run;
+        Resume on a stopped or failed run with a checkpoint."""
+        if run.unchanged:
+            return [gr.skip()] * len(panel)
+        updates: dict[str, Any] = {
+            "live": live_state_html(run.run_id, run.version, run.active, locale),
+            "status": run.status,
+            "alert": run.alert,
+            "progress": run.progress,
+            "gpu_table": run.gpu_table,
+            "download": gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
+            "log_tail": run.log_tail,
+            "start": gr.update(interactive=editing and not run.active),
+            "stop": gr.update(interactive=run.active),
+            "resume": gr.update(interactive=run.resumable and not run.active),
+        }
+        if run.config_yaml is not None:
+            updates["config_yaml"] = run.config_yaml
+        if run.stop_on_nan is not None:
+            updates["stop_on_nan"] = run.stop_on_nan
+        # While a run trains only its progress and readings change from second to second:
+        # each update re-renders its component in the browser, so what is already there is
+        # not sent again.
+        digests = {name: hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest() for name, value in updates.items()}
+        if sent:
+            updates = {name: value for name, value in updates.items() if sent.get(name) != digests[name]}
+        updates["version"] = {"version": run.version, "sent": {**(sent or {}), **digests}}
         return [updates.get(name, gr.skip()) for name in panel]
 
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
@@ -221,9 +245,12 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     def editing_of(mode_value: Any) -> bool:
         return not isinstance(mode_value, dict) or bool(mode_value.get("editing", True))
 
-    def render(run_id: str | None, shown_version=None, locale: str = "en", mode_value: Any = None) -> list[Any]:
-        """Everything the run panel shows of `run_id`; gr.skip() where nothing changed."""
-        return show(board.run_view(run_id, locale, shown_version), editing_of(mode_value))
+    def render(run_id: str | None, shown: Any = None, locale: str = "en", mode_value: Any = None) -> list[Any]:
+        """Everything the run panel shows of `run_id`; gr.skip() where nothing changed since
+        `shown` (the `version` state: the version drawn and a digest of each member sent;
+        None: draw it all)."""
+        drawn = shown if isinstance(shown, dict) else {}
+        return show(board.run_view(run_id, locale, drawn.get("version")), editing_of(mode_value), locale, drawn.get("sent"))
 
     # --- what the form shows: a run's settings (read-only) or a new run's (editable) ------
     open_outputs = [watched_run, mode, mode_box, notice_box, new_run_button, *form_inputs, *run_outputs]
@@ -380,7 +407,16 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     # .input, not .change: the panel sets the box to the watched run's setting by code.
     stop_on_nan.input(on_stop_on_nan, [watched_run, stop_on_nan], None, show_progress="hidden")
-    timer.tick(render, [watched_run, shown_version, locale_state, mode], run_outputs, show_progress="hidden", queue=False)
+    refresh.click(render, [watched_run, shown_version, locale_state, mode], run_outputs, show_progress="hidden", queue=False)
+    ticking_names = ("status", "alert", "progress", "gpu_table", "live", "version")
+
+    def render_ticking(run_id: str | None, shown: Any = None, locale: str = "en", mode_value: Any = None) -> list[Any]:
+        updates = dict(zip(panel, render(run_id, shown, locale, mode_value)))
+        return [updates[name] for name in ticking_names]
+
+    refresh_ticking.click(
+        render_ticking, [watched_run, shown_version, locale_state, mode], [panel[name] for name in ticking_names], show_progress="hidden", queue=False
+    )
     return TrainTab(
         fields,
         watched_run,
@@ -388,7 +424,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         mode,
         run_outputs,
         open_outputs,
-        timer,
+        refresh,
         show,
         render,
         open_run,

@@ -69,8 +69,14 @@ def check_with_llamafactory(args: dict[str, Any], timeout_s: float = 120) -> lis
 
 
 def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float = 120) -> WorkerAnswer:
-    """Several configs in one helper process: the import is paid once."""
+    """Several configs in one helper process: the import is paid once. When the app runs the
+    long-lived LLaMA-Factory helper (helper_client.py), the check is a fork of it (tens of
+    milliseconds once it is ready; while it still imports, this waits for it rather than
+    paying a second import); else a one-shot worker.py."""
     started = time.perf_counter()
+    warm = _check_with_helper(configs, timeout_s, started)
+    if warm is not None:
+        return warm
     request = json.dumps({"configs": [_jsonable(c) for c in configs]})
     try:
         done = subprocess.run(
@@ -93,6 +99,27 @@ def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float
         # The helper's last line of output is the tool's own words: shown as written.
         finding = Finding.of(GENERAL_KEY, "lf-unavailable", severity="warning", code=done.returncode, output=tail[:300])
         return WorkerAnswer([[finding] for _ in configs], seconds, None)
+    return _answer_to_findings(answer, configs, seconds)
+
+
+def _check_with_helper(configs: list[dict[str, Any]], timeout_s: float, started: float) -> WorkerAnswer | None:
+    """The long-lived helper's answer, or None when there is no helper to ask."""
+    from backend.llama_factory.helper_client import shared
+
+    helper = shared()
+    if helper is None:
+        return None
+    try:
+        answer = helper.check([_jsonable(c) for c in configs], timeout_s)
+    except TimeoutError:
+        finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
+        return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
+    if answer is None:
+        return None  # the helper is gone or failing: the one-shot worker answers
+    return _answer_to_findings(answer, configs, time.perf_counter() - started)
+
+
+def _answer_to_findings(answer: dict[str, Any], configs: list[dict[str, Any]], seconds: float) -> WorkerAnswer:
     if not answer.get("ok"):
         error = answer.get("error", {})
         finding = Finding.of(GENERAL_KEY, "lf-import-failed", error=f"{error.get('type')}: {str(error.get('message'))[:300]}")

@@ -14,6 +14,9 @@ or {"ok": false, "error": {"type", "message"}} when LLaMA-Factory cannot even be
 
 `python -m backend.llama_factory.worker --names` prints only the names (for the static list).
 
+The long-lived helper (zygote.py) runs the same `_check_one` in a fork for each check:
+keep these functions free of RocBoard imports and of process-wide state.
+
 What it checks, in order, for each config:
 1. keys that none of LLaMA-Factory's argument dataclasses has (its parser would refuse them);
 2. values its command-line parser would refuse for a key (type or choices): `parse_dict`,

@@ -70,6 +70,9 @@ class RunState:
     # Saved with the run, so that the backend stops it on a NaN/inf loss or exploding
     # gradients whether or not a page is open (backend/service/decisions.py).
     stop_on_nan: bool = False
+    # How the trainer was started: "warm" (forked from the LLaMA-Factory helper, see
+    # backend/llama_factory/helper_client.py), "cold" (a fresh llamafactory-cli), "" (older runs).
+    launch: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

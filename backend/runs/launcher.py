@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import psutil
 
@@ -27,6 +27,9 @@ from backend.security.child_env import child_env, refused_settings
 from backend.config.distributed import PLAN_VARIABLES
 from backend.runs.logs import TRAINER_LOG
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
+
+if TYPE_CHECKING:
+    from backend.llama_factory.helper_client import LlamaFactoryHelper, WarmChild
 
 # Stop: ask the trainer to stop and save (SIGABRT, which LLaMA-Factory handles when
 # LLAMABOARD_ENABLED=1), then SIGTERM the tree, then SIGKILL it; all within STOP_BUDGET_S.
@@ -102,6 +105,15 @@ def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str,
     own["PATH"] = path
     own["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
     return child_env(base, settings, own)
+
+
+def helper_env(runs_root: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The LLaMA-Factory helper's environment (backend/llama_factory/zygote.py): a trainer's,
+    without a preset's settings, plus PYTORCH_NVML_BASED_CUDA_CHECK=1 so that asking torch
+    whether CUDA is there never initialises it in the helper (fork-safety)."""
+    env = trainer_env(runs_root, {}, base)
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    return env
 
 
 def refused_trainer_settings(preset_env: Mapping[str, str]) -> list[str]:
@@ -234,14 +246,19 @@ class Launcher:
 
     def __init__(self, store: RunStore):
         self.store = store
-        self._children: dict[str, subprocess.Popen] = {}
+        self._children: dict[str, subprocess.Popen | WarmChild] = {}
         self._stopping: set[str] = set()
         self._lock = threading.Lock()
+        # The LLaMA-Factory helper trainers are forked from (warm starts); None: always cold.
+        self.helper: LlamaFactoryHelper | None = None
+        self.last_cold_reason = ""  # why the last start was cold (benches and tests read it)
 
     def start(self, run_id: str, preset_env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Launches `command` (default: llamafactory-cli train config.yaml) in the run dir."""
         run_dir = self.store.run_dir(run_id)
+        custom = command is not None
         command = command or trainer_command()
+        env = trainer_env(run_dir, preset_env)
         # train.log is opened inside the run without following links: a planted link would
         # make the trainer's output overwrite whatever it points at.
         log = os.fdopen(safe_files.open_in_run(run_dir, LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
@@ -251,18 +268,21 @@ class Launcher:
             log.write(f"RocBoard: left out of the trainer's environment: {line}\n".encode("utf-8", "replace"))
         log.flush()
         try:
-            process = subprocess.Popen(
-                command,
-                cwd=run_dir,
-                env=trainer_env(run_dir, preset_env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # survives the web server; never gets its Ctrl-C
-                close_fds=True,
-            )
+            process = self._start_warm(run_dir, env, custom)
+            if process is None:
+                process = subprocess.Popen(
+                    command,
+                    cwd=run_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # survives the web server; never gets its Ctrl-C
+                    close_fds=True,
+                )
         finally:
             log.close()
+        launch = "cold" if isinstance(process, subprocess.Popen) else "warm"
         try:
             started = psutil.Process(process.pid).create_time()
         except psutil.NoSuchProcess:
@@ -276,6 +296,7 @@ class Launcher:
             pid_started=started,
             started_at=time.time(),
             command=tuple(command),
+            launch=launch,
             exit_code=None,
             stop_reason="",
             stop_reason_params={},
@@ -284,8 +305,38 @@ class Launcher:
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
         return state
 
-    def _wait_child(self, run_id: str, process: subprocess.Popen) -> None:
+    def _start_warm(self, run_dir: Path, env: dict[str, str], custom: bool) -> WarmChild | None:
+        """The trainer forked from the LLaMA-Factory helper (same command, same environment,
+        output appended to train.log), or None: start it cold. Cold when there is no helper,
+        for a custom command, for torchrun / multi-node launches, for an environment the
+        helper did not import with (helper_client.cold_reason), or when the helper is not
+        ready within READY_WAIT_S (a Start right after the app started waits for it)."""
+        from backend.llama_factory.helper_client import cold_reason
+
+        helper = self.helper
+        if helper is None:
+            self.last_cold_reason = "no helper"
+            return None
+        if custom:
+            self.last_cold_reason = "custom command"
+            return None
+        reason = cold_reason(env, helper.env)
+        if reason is not None:
+            self.last_cold_reason = reason
+            return None
+        child = helper.train(run_dir, env)
+        self.last_cold_reason = "" if child is not None else f"helper {helper.state}"
+        return child
+
+    def _wait_child(self, run_id: str, process: subprocess.Popen | WarmChild) -> None:
         code = process.wait()
+        if getattr(process, "lost", False):
+            # The helper died before the trainer: it still runs in its own session, and its
+            # run ends like an unwatched one (refresh, from its pid and its files).
+            with self._lock:
+                if self._children.get(run_id) is process:
+                    self._children.pop(run_id, None)
+            return
         self._finish(run_id, code)
 
     def _finish(self, run_id: str, exit_code: int | None, reason: str = "") -> None:
@@ -323,6 +374,11 @@ class Launcher:
             deadline = time.monotonic() + 2
             while self.store.read(run_id).active and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if self.store.read(run_id).active and not self.is_child(run_id):
+                state = self.refresh(run_id)  # a warm trainer whose helper died: nobody reports its end
+                with self._lock:
+                    self._stopping.discard(run_id)
+                return state
         else:
             self._finish(run_id, None)
         return self.store.read(run_id)
@@ -348,9 +404,11 @@ class Launcher:
             return state
         final, reason = derive_final_state(self.store.run_dir(run_id))
         with self._lock:
+            # Stopped by us and seen gone by another thread (a tab's tick, the decisions loop)
+            # before stop() recorded it. stop() clears the mark: were it cleared here, stop()'s
+            # own record would follow this one and call the run failed.
             if run_id in self._stopping:
                 final, reason = "stopped", "reason.stopped_by_user"
-                self._stopping.discard(run_id)
         return self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
 
     def live_pid(self, run_id: str) -> int | None:

@@ -37,6 +37,7 @@ from backend.service.doctor_cache import DoctorCache
 from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
+from backend.service.live import LiveAnswer, live_answer
 from backend.service.run_view import RunView, gone_view, idle_view, run_view, unchanged_view
 from backend.snapshot import RunSnapshot
 
@@ -65,6 +66,7 @@ class RocBoard:
         sampler: Sampler | None = None,
         export_dir: Path | None = None,
         lf_cache: LlamaFactoryCheckCache | None = None,
+        warm_helper: bool = False,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
@@ -78,6 +80,31 @@ class RocBoard:
         self.decisions = RunDecisions(self.run_manager, self.monitors)
         self.run_manager.on_launch = self.decisions.follow
         self.doctor = DoctorCache()
+        self.helper = None
+        if warm_helper:
+            self.start_helper()
+
+    def start_helper(self) -> None:
+        """Starts (or joins) the app's LLaMA-Factory helper: torch, transformers and llamafactory
+        imported once in the background; LLaMA-Factory's checks and the trainers fork from it
+        (backend/llama_factory/helper_client.py). Off with ROCBOARD_WARM_START=0. The app's
+        serve path asks for it; tests that want it ask too (each would import torch again)."""
+        from backend.llama_factory.helper_client import install_shared, warm_start_enabled
+        from backend.runs.launcher import helper_env
+
+        if not warm_start_enabled():
+            return
+        self.helper = install_shared(lambda: helper_env(self.store.root))
+        self.run_manager.launcher.helper = self.helper
+
+    def close_helper(self) -> None:
+        """Ends the helper (trainers it started keep running); runs start cold from now on."""
+        from backend.llama_factory.helper_client import close_shared
+
+        self.run_manager.launcher.helper = None
+        if self.helper is not None:
+            self.helper = None
+            close_shared()
 
     @property
     def presets(self) -> dict[str, HardwarePreset]:
@@ -280,6 +307,11 @@ class RocBoard:
             except (OSError, UnicodeDecodeError, ValueError):
                 config_yaml = ""
         return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml)
+
+    def live(self, run_id: str, locale: str = "en", drawn: str = "") -> LiveAnswer:
+        """The watcher's tick (ui/live.py): has `run_id` moved on from the `drawn` version,
+        and its charts if so."""
+        return live_answer(self.monitors, self.run_manager, run_id, locale, drawn)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run, read from its train.log; empty when unknown."""

@@ -14,7 +14,7 @@ from backend.runs import artifacts
 
 from backend.runs import safe_files
 from backend.charts import MemorySeries
-from backend.runs.logs import TRAINER_LOG, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
+from backend.runs.logs import TRAINER_LOG, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
 from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore
 from backend.snapshot import RunSnapshot
 from backend.telemetry.base import Reading
@@ -142,9 +142,11 @@ class RunMonitor:
             "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"
         )
 
-    def contents(self) -> tuple[list[MetricPoint], list[MemorySeries], str, int, int]:
-        """(points, memory series, memory label, garbage lines, counter), copied under the
-        lock: the backend's watcher may be polling while a tab reads."""
+    def contents(self) -> tuple[list[MetricPoint], list[MemorySeries], str, int, int, dict[str, list[Entry]]]:
+        """(points, memory series, memory label, garbage lines, counter, the loss chart's
+        drawn curves), copied under the lock: the backend's watcher may be polling while a
+        tab reads. The drawn curves are kept up to date point by point (MetricSeries.chart):
+        a chart costs what it draws, not what the run logged."""
         with self._lock:
             return (
                 list(self.series.points),
@@ -152,6 +154,7 @@ class RunMonitor:
                 self.memory_label,
                 self.metrics_tail.garbage_lines,
                 self.counter,
+                self.series.chart(),
             )
 
 
@@ -198,7 +201,7 @@ class Monitors:
         # polling it), and the backend's watcher may have polled just before the last lines.
         monitor.poll(force=not state.active)
         run_dir = self.store.run_dir(state.id)
-        points, memory, memory_label, garbage_lines, counter = monitor.contents()
+        points, memory, memory_label, garbage_lines, counter, chart = monitor.contents()
         adapter = artifacts.has_adapter(run_dir)
         return RunSnapshot(
             run=state,
@@ -209,8 +212,22 @@ class Monitors:
             has_adapter=adapter,
             garbage_lines=garbage_lines,
             alert=monitor.alert(),
-            version=(state.state, state.exit_code, counter, adapter, state.stop_reason, state.stop_on_nan),
+            chart=chart,
+            version=_version(state, counter, adapter),
         )
+
+    def version(self, state: RunState) -> tuple:
+        """What `snapshot(state).version` would be, without copying the run's points: the
+        watcher's cheap question, asked once a second while a run trains."""
+        monitor = self.get(state.id)
+        monitor.poll(force=not state.active)
+        return _version(state, monitor.counter, artifacts.has_adapter(self.store.run_dir(state.id)))
+
+
+def _version(state: RunState, counter: int, adapter: bool) -> tuple:
+    # Changes whenever anything the page shows of the run changes: its state, a new point
+    # or reading (the monitor's counter), the adapter appearing, the stop settings.
+    return (state.state, state.exit_code, counter, adapter, state.stop_reason, state.stop_on_nan)
 
 
 __all__ = [

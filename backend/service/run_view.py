@@ -1,5 +1,6 @@
 """The run panel's contents, as one typed value: what the Train tab shows of a run, named
 member by member (the page maps each member to its component by name; see ui/train_tab.py).
+The charts are not members: the page fetches them apart (`charts_of`, ui/live.py).
 
 Built from a snapshot in the page's locale; every word comes from backend/view.py and every
 figure from backend/charts.py, so the page decides nothing.
@@ -25,8 +26,6 @@ class RunView:
     status: str = ""  # Markdown: state, exit code, cause and fix of a failure
     alert: str = ""  # Markdown: NaN/inf loss or exploding gradients
     progress: str = ""  # HTML: the progress bar and its line
-    loss_figure: dict | None = None
-    memory_figure: dict | None = None
     gpu_table: str = ""  # Markdown
     download: Path | None = None  # a servable copy of the adapter.zip; None: nothing to download
     log_tail: str = ""  # the end of train.log, once the run has ended
@@ -72,8 +71,6 @@ def run_view(
         status=view.status_markdown(snapshot, cause, fix, locale),
         alert=view.alert_markdown(snapshot, locale),
         progress=view.progress_html(snapshot, locale),
-        loss_figure=loss_figure(snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale)),
-        memory_figure=memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale)),
         gpu_table=view.gpu_table_markdown(snapshot, locale),
         download=download,
         log_tail=snapshot.log_tail,
@@ -85,4 +82,14 @@ def run_view(
     )
 
 
-__all__ = ["RunView", "gone_view", "idle_view", "run_view", "unchanged_view"]
+def charts_of(snapshot: RunSnapshot, locale: str = "en") -> dict[str, dict]:
+    """The run's two charts, as plotly figure dicts, by the page's element name. The page
+    fetches them from its own small route (ui/live.py), not through a Gradio event: see
+    docs/architecture.md, "The watcher"."""
+    return {
+        "loss": loss_figure(snapshot.chart if snapshot.chart is not None else snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale)),
+        "memory": memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale)),
+    }
+
+
+__all__ = ["RunView", "charts_of", "gone_view", "idle_view", "run_view", "unchanged_view"]

@@ -1,0 +1,198 @@
+"""The watcher: the page's one-a-second question about the run it shows (ui/live.py,
+ui/live.js, backend/service/live.py).
+
+- The answer: no charts when nothing changed since the version drawn, the charts when
+  something did; the same version the run panel carries (else the page would refresh
+  forever); unknown or malformed run ids answered "gone", never looked up.
+- The route, on the real server: behind the guard (Host, Origin), GET/HEAD only, a bounded
+  query; plotly.js served gzipped and cacheable.
+- In Chromium: a tab asks once a second while its run trains, stops when the run ends, and
+  starts again when a run starts; with no live run it sends nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from backend.runs import RunStore
+from backend.service import RocBoard, demo_form
+from backend.service.live import version_key
+from tests.harness import AppServer, http_get, wait_until
+
+
+def trainer_line(step: int, total: int = 100) -> str:
+    return json.dumps({"current_steps": step, "total_steps": total, "loss": 3.0 - step / 100, "lr": 1e-4, "epoch": 0.1, "percentage": step, "elapsed_time": "0:00:01", "remaining_time": "0:00:09"}) + "\n"
+
+
+def make_run(runs_dir, steps: int, active: bool) -> tuple[str, object, subprocess.Popen | None]:
+    """A run directory as the app writes one, with `steps` logged points; `active`: a stand-in
+    trainer (`sleep`) keeps it training. Returns (run id, its trainer log, the stand-in)."""
+    store = RunStore(runs_dir)
+    state = store.create(name="watched", preset="cpu-demo", model="demo", files={"config.yaml": "", "form.json": json.dumps(demo_form()), "train.log": ""})
+    output = runs_dir / state.id / "output"
+    output.mkdir()
+    log = output / "trainer_log.jsonl"
+    log.write_text("".join(trainer_line(step) for step in range(1, steps + 1)), encoding="utf-8")
+    stand_in = None
+    if active:
+        stand_in = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
+        store.update(state.id, state="running", pid=stand_in.pid, pid_started=psutil.Process(stand_in.pid).create_time(), started_at=time.time())
+    else:
+        store.update(state.id, state="finished", exit_code=0, started_at=time.time() - 60, ended_at=time.time())
+    return state.id, log, stand_in
+
+
+@pytest.fixture
+def board(tmp_path):
+    return RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+
+
+# --- the answer ------------------------------------------------------------------------------
+
+
+def test_an_unchanged_run_is_answered_without_its_charts(board):
+    run_id, _, _ = make_run(board.store.root, 3, active=False)
+    first = board.live(run_id, "en", "")
+    assert first.version and not first.active and not first.gone
+    assert len(first.charts["loss"]["data"][0]["x"]) == 3 and "data" in first.charts["memory"]
+    again = board.live(run_id, "en", first.version)
+    assert again.version == first.version and again.charts is None
+    assert set(again.as_json()) == {"version", "active"}  # the whole answer of a tick that finds nothing
+    # Another language is another drawing: the chart's words change.
+    chinese = board.live(run_id, "zh-CN", first.version)
+    assert chinese.version != first.version and chinese.charts is not None
+    assert chinese.charts["loss"]["layout"] != first.charts["loss"]["layout"]
+
+
+def test_a_training_run_moves_on_with_each_new_point(board):
+    run_id, log, stand_in = make_run(board.store.root, 2, active=True)
+    try:
+        first = board.live(run_id, "en", "")
+        assert first.active
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(trainer_line(3))
+        moved = wait_until(lambda: (a := board.live(run_id, "en", first.version)).charts is not None and a, 10, what="the new point")
+        assert len(moved.charts["loss"]["data"][0]["x"]) == 3 and moved.active
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+
+
+def test_the_route_and_the_panel_agree_on_the_version(board):
+    """The page's #live-state carries the panel's version; the route answers its own. Equal
+    for the same run and language, or the script would ask Gradio to redraw every second."""
+    run_id, _, _ = make_run(board.store.root, 5, active=False)
+    panel = board.run_view(run_id, "zh-CN")
+    assert board.live(run_id, "zh-CN", "").version == version_key(panel.version)
+
+
+@pytest.mark.parametrize("run_id", ["", "../../etc", "a" * 200, "x y", "..", "-rf", "run\x00id", "不是"])
+def test_a_malformed_run_id_is_gone_without_a_lookup(board, run_id):
+    answer = board.live(run_id, "en", "")
+    assert answer.gone and answer.charts is None and answer.as_json() == {"version": "", "active": False, "gone": True}
+
+
+def test_a_run_that_does_not_exist_is_gone(board):
+    assert board.live("20260101-000000-nothing", "en", "").gone
+
+
+# --- the route, on the real server ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    with AppServer() as running:
+        yield running
+
+
+def test_the_route_answers_the_page_and_nobody_else(server):
+    run_id, _, _ = make_run(server.runs_dir, 4, active=False)
+    status, headers, body = http_get(server.port, f"/rocboard/live?run={run_id}&lang=en&drawn=")
+    assert status == 200 and headers["content-type"] == "application/json" and headers["cache-control"] == "no-store"
+    answer = json.loads(body)
+    assert len(answer["charts"]["loss"]["data"][0]["x"]) == 4 and answer["active"] is False
+    status, _, body = http_get(server.port, f"/rocboard/live?run={run_id}&lang=en&drawn={answer['version']}")
+    assert status == 200 and json.loads(body) == {"version": answer["version"], "active": False}
+    # An unknown language is English, a missing run "gone": answers, not errors.
+    assert json.loads(http_get(server.port, f"/rocboard/live?run={run_id}&lang=xx")[2])["version"] == answer["version"]
+    assert json.loads(http_get(server.port, "/rocboard/live")[2])["gone"] is True
+    # What the page never sends.
+    assert http_get(server.port, f"/rocboard/live?run={run_id}", method="POST", body=b"{}")[0] == 405
+    assert http_get(server.port, "/rocboard/live?run=" + "a" * 500)[0] == 414
+    # The guard stands in front: another Host, another site.
+    assert http_get(server.port, f"/rocboard/live?run={run_id}", headers={"Host": "evil.example"})[0] == 400
+    assert http_get(server.port, f"/rocboard/live?run={run_id}", headers={"Origin": "http://evil.example"})[0] == 403
+
+
+def test_plotly_is_served_gzipped_and_cached(server):
+    status, headers, body = http_get(server.port, "/rocboard/plotly.min.js?v=1", headers={"Accept-Encoding": "gzip, br"})
+    assert status == 200 and headers["content-encoding"] == "gzip" and "immutable" in headers["cache-control"]
+    plain = gzip.decompress(body)
+    assert plain.startswith(b"/**\n* plotly.js v") and len(body) < len(plain) / 2
+    status, headers, body = http_get(server.port, "/rocboard/plotly.min.js")
+    assert status == 200 and "content-encoding" not in headers and body == plain
+    assert headers["content-type"].startswith("text/javascript")
+
+
+# --- in Chromium ------------------------------------------------------------------------------
+
+# Each request the tab made to the watcher's route: (epoch seconds, run id asked about).
+LIVE_REQUESTS_JS = """() => performance.getEntriesByType('resource')
+  .filter(e => e.name.includes('/rocboard/live?'))
+  .map(e => [(performance.timeOrigin + e.startTime) / 1000, new URL(e.name).searchParams.get('run')])"""
+
+
+def requests_between(page, start: float, end: float, run_id: str | None = None) -> list[float]:
+    return [at for at, run in page.evaluate(LIVE_REQUESTS_JS) if start <= at <= end and (run_id is None or run == run_id)]
+
+
+@pytest.mark.browser
+def test_a_tab_asks_while_its_run_trains_and_stops_when_it_ends(chromium, server):
+    run_id, _, stand_in = make_run(server.runs_dir, 5, active=True)
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.goto(server.url)
+        page.evaluate("() => performance.setResourceTimingBufferSize(100000)")
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{run_id}\"][data-active=\"1\"]')", timeout=60_000)
+        page.wait_for_function("() => (document.querySelector('#loss-chart .js-plotly-plot')?.data?.[0]?.x || []).length === 5", timeout=60_000)
+        watched_from = time.time()
+        time.sleep(3.5)
+        assert len(requests_between(page, watched_from, time.time(), run_id)) >= 3  # once a second while it trains
+
+        # The trainer dies: the run ends, the panel says so, and the tab stops asking.
+        stand_in.send_signal(signal.SIGKILL)
+        stand_in.wait()
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{run_id}\"][data-active=\"0\"]')", timeout=30_000)
+        quiet_from = time.time() + 1.5  # one request may be on its way as the panel changes
+        time.sleep(4.5)
+        assert requests_between(page, quiet_from, time.time()) == []
+
+        # A run started from the page (long enough to watch; a warm start trains the demo's
+        # 100 steps in ~2 s): the tab asks again, about that run, while it trains; Stop ends it.
+        page.locator("#new-run").click()
+        page.wait_for_function("() => !document.querySelector('#run-name input, #run-name textarea').disabled", timeout=30_000)
+        page.locator("#max-steps input").fill("100000")
+        page.locator("#max-steps input").press("Tab")
+        page.locator("#start").click()
+        new_run = wait_until(lambda: next((s for s in server.runs() if s["id"] != run_id), None), 120, what="the new run")
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{new_run['id']}\"][data-active=\"1\"]')", timeout=300_000)
+        watched_from = time.time()
+        time.sleep(3.5)
+        assert len(requests_between(page, watched_from, time.time(), new_run["id"])) >= 3
+        page.locator("#stop").click()
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{new_run['id']}\"][data-active=\"0\"]')", timeout=60_000)
+        quiet_from = time.time() + 1.5
+        time.sleep(4.5)
+        assert requests_between(page, quiet_from, time.time()) == []
+    finally:
+        context.close()
+        if stand_in.poll() is None:
+            stand_in.kill()

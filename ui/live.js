@@ -1,0 +1,135 @@
+// RocBoard's watcher (see ui/live.py for why it is not a Gradio timer).
+// Reads #live-state (which run the panel shows, its version, language, whether it trains),
+// asks rocboard/live once a second while that run trains, draws the charts it answers with
+// Plotly.react, and presses a hidden refresh button (#live-refresh while the run trains,
+// #live-refresh-all when it started or ended) only when the panel changed.
+(() => {
+  if (window.rocboardLive) return;
+  const settings = window.rocboardLiveSettings || {};
+  const TICK_MS = settings.tick_ms || 1000;
+  const CHARTS = { loss: "loss-chart", memory: "memory-chart" };
+  const drawn = { run: null, lang: null, version: "" }; // what the charts show
+  let asking = false;
+  let asked = { version: "", at: 0 }; // the last panel refresh pressed, to press it once per change
+  let watched = null; // the #live-state element observed
+  let plotly = null;
+
+  function loadPlotly() {
+    if (window.Plotly) return Promise.resolve(window.Plotly);
+    if (!plotly) {
+      plotly = new Promise((resolve, reject) => {
+        const script = document.createElement("script");
+        script.src = new URL(settings.plotly, window.location.href).href;
+        script.async = true;
+        script.onload = () => resolve(window.Plotly);
+        script.onerror = () => { plotly = null; reject(new Error("plotly.js did not load")); };
+        document.head.appendChild(script);
+      });
+    }
+    return plotly;
+  }
+  loadPlotly().catch(() => {}); // at once: a cold page fetches it beside Gradio's own scripts
+
+  function liveState() {
+    const element = document.querySelector("#live-state [data-live]");
+    if (!element) return null;
+    const data = element.dataset;
+    return { run: data.run || "", version: data.version || "", active: data.active === "1", lang: data.lang || "en" };
+  }
+
+  function chartHost(name) {
+    return document.querySelector("#" + CHARTS[name] + " .rb-chart");
+  }
+
+  const resized = new ResizeObserver((entries) => {
+    for (const entry of entries) {
+      // A chart drawn in a hidden tab has no width: give it one when the tab shows.
+      if (entry.contentRect.width > 0 && entry.target._fullLayout && window.Plotly) window.Plotly.Plots.resize(entry.target);
+    }
+  });
+
+  const drawnFigures = {}; // the JSON of what each chart shows: an unchanged chart is not redrawn
+
+  async function draw(name, figure) {
+    const host = chartHost(name);
+    if (!host || !figure) return;
+    const text = JSON.stringify(figure);
+    if (drawnFigures[name] === text && host._fullLayout) return;
+    drawnFigures[name] = text;
+    const Plotly = await loadPlotly();
+    if (!host._rbObserved) { resized.observe(host); host._rbObserved = true; }
+    const layout = Object.assign({}, figure.layout || {}, { autosize: true });
+    await Plotly.react(host, figure.data || [], layout, { responsive: true, displaylogo: false });
+  }
+
+  function clearCharts() {
+    for (const name of Object.keys(CHARTS)) {
+      const host = chartHost(name);
+      if (host && host._fullLayout && window.Plotly) window.Plotly.purge(host);
+      delete drawnFigures[name];
+    }
+    drawn.run = null;
+    drawn.lang = null;
+    drawn.version = "";
+  }
+
+  function askPanel(version, whole) {
+    const now = Date.now();
+    if (asked.version === version && now - asked.at < 5000) return; // pressed already: wait for it
+    asked = { version, at: now };
+    // A run still training changes only its progress and readings: the small refresh.
+    const button = document.querySelector(whole ? "#live-refresh-all" : "#live-refresh");
+    if (button) button.click();
+  }
+
+  async function tick() {
+    observe();
+    const state = liveState();
+    if (!state || asking) return;
+    if (!state.run) {
+      if (drawn.run !== null) clearCharts();
+      return;
+    }
+    const same = state.run === drawn.run && state.lang === drawn.lang;
+    // A run that no longer trains is asked about once, when the panel shows a new version of it.
+    if (same && !state.active && drawn.version === state.version) return;
+    asking = true;
+    try {
+      const url = new URL(settings.live, window.location.href);
+      url.search = new URLSearchParams({ run: state.run, lang: state.lang, drawn: same ? drawn.version : "" }).toString();
+      const response = await fetch(url.href, { cache: "no-store", credentials: "same-origin" });
+      if (!response.ok) return;
+      const answer = await response.json();
+      if (answer.charts) {
+        await Promise.all([draw("loss", answer.charts.loss), draw("memory", answer.charts.memory)]);
+      }
+      drawn.run = state.run;
+      drawn.lang = state.lang;
+      drawn.version = answer.version;
+      const whole = answer.gone || answer.active !== state.active || !state.active;
+      if (whole || answer.version !== state.version) askPanel(answer.version, whole);
+    } catch (error) {
+      // The server restarting, a dropped connection: the next tick asks again.
+    } finally {
+      asking = false;
+    }
+  }
+
+  function observe() {
+    const element = document.querySelector("#live-state");
+    if (!element || element === watched) return;
+    watched = element;
+    // The panel showing another run, version or language: ask now, not at the next tick.
+    // (A refresh this script asked for changes it too, to what was just drawn: no question then.)
+    new MutationObserver(() => {
+      const state = liveState();
+      if (state && state.run === drawn.run && state.lang === drawn.lang && state.version === drawn.version) return;
+      setTimeout(tick, 0);
+    }).observe(element, { subtree: true, childList: true, attributes: true });
+  }
+
+  window.rocboardLive = { tick, drawn };
+  setInterval(tick, TICK_MS);
+  // Until the page has rendered its panel, look for it often (the first chart of a cold page).
+  const early = setInterval(() => { if (document.querySelector("#live-state")) { clearInterval(early); tick(); } }, 50);
+})();

@@ -1,0 +1,163 @@
+"""The watcher's own small routes, and the script that uses them.
+
+Why not a Gradio timer: each tick of one was a Gradio event with the run panel's outputs,
+~7 ms of Gradio's work per second even when nothing had changed, and each redraw handed
+plotly.js a new figure and a forced resize. Here the page asks `rocboard/live` once a
+second while the run it shows trains (not at all otherwise); an unchanged run costs a look
+at its files and a ~60-byte answer. A changed run's answer carries its two charts, which the
+script draws with `Plotly.react` (plotly diffs them: only what changed is redrawn), and
+only then does the script press the hidden `#live-refresh` button, the one Gradio event,
+for the rest of the panel (status, progress, buttons).
+
+plotly.js is served from the plotly package RocBoard already depends on, gzipped once and
+cached by the browser, and the page starts fetching it as soon as it opens, beside
+Gradio's own scripts: a cold page draws its first chart without waiting for Gradio to load
+its plotly chunk on demand.
+
+The routes sit behind the Guard (ui/guard.py): Host, Origin and the login are checked
+before a request gets here. They answer GET and HEAD only, read a bounded query string, and
+never echo what they were sent.
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import json
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qs
+
+from backend.i18n import LOCALES
+from backend.service import RocBoard
+from backend.service.live import version_key
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+LIVE_PATH = "/rocboard/live"
+PLOTLY_PATH = "/rocboard/plotly.min.js"
+MAX_QUERY_BYTES = 400
+TICK_MS = 1000
+
+
+def plotly_version() -> str:
+    try:
+        return metadata.version("plotly")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+class PlotlyScript:
+    """plotly.min.js from the installed plotly package, read and gzipped on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._plain: bytes | None = None
+        self._gzipped: bytes | None = None
+
+    def bodies(self) -> tuple[bytes, bytes]:
+        with self._lock:
+            if self._plain is None:
+                import plotly
+
+                path = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+                self._plain = path.read_bytes()
+                self._gzipped = gzip.compress(self._plain, 6)
+            assert self._gzipped is not None
+            return self._plain, self._gzipped
+
+
+def live_state_html(run_id: str | None, version: tuple | None, active: bool, locale: str) -> str:
+    """The hidden element the script reads: which run the panel shows, in which version and
+    language, and whether it trains. The run id is escaped like any text put in a page."""
+    attributes = {
+        "data-live": "1",
+        "data-run": run_id or "",
+        "data-version": version_key(version),
+        "data-active": "1" if active else "0",
+        "data-lang": locale,
+    }
+    return "<div " + " ".join(f'{name}="{html.escape(value, quote=True)}"' for name, value in attributes.items()) + "></div>"
+
+
+class LiveRoutes:
+    """ASGI app in front of Gradio's: answers LIVE_PATH and PLOTLY_PATH, hands the rest on."""
+
+    def __init__(self, inner: ASGIApp, board: RocBoard, plotly_script: PlotlyScript | None = None):
+        self.inner = inner
+        self.board = board
+        self.plotly = plotly_script or PlotlyScript()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope.get("type") == "http" else ""
+        if path not in (LIVE_PATH, PLOTLY_PATH):
+            await self.inner(scope, receive, send)
+            return
+        if scope.get("method") not in ("GET", "HEAD"):
+            await _answer(send, 405, b"Method not allowed.\n", "text/plain; charset=utf-8", extra=[(b"allow", b"GET, HEAD")])
+            return
+        head = scope.get("method") == "HEAD"
+        if path == PLOTLY_PATH:
+            await self._plotly(scope, send, head)
+            return
+        query = scope.get("query_string", b"")
+        if len(query) > MAX_QUERY_BYTES:
+            await _answer(send, 414, b"Query too long.\n", "text/plain; charset=utf-8")
+            return
+        params = parse_qs(query.decode("ascii", "replace"), max_num_fields=5)
+        run_id = (params.get("run") or [""])[0]
+        locale = (params.get("lang") or ["en"])[0]
+        drawn = (params.get("drawn") or [""])[0]
+        if locale not in LOCALES:
+            locale = "en"
+        import anyio
+
+        # Reads a few bytes of the run's files; off the event loop like Gradio's own handlers.
+        answer = await anyio.to_thread.run_sync(self.board.live, run_id, locale, drawn)
+        body = json.dumps(answer.as_json(), separators=(",", ":"), allow_nan=False).encode()
+        await _answer(send, 200, b"" if head else body, "application/json", length=len(body), extra=[(b"cache-control", b"no-store")])
+
+    async def _plotly(self, scope: Scope, send: Send, head: bool) -> None:
+        import anyio
+
+        plain, gzipped = await anyio.to_thread.run_sync(self.plotly.bodies)
+        accepts = _header(scope, b"accept-encoding") or ""
+        zipped = "gzip" in accepts.lower()
+        body = gzipped if zipped else plain
+        extra = [(b"cache-control", b"public, max-age=31536000, immutable"), (b"vary", b"accept-encoding")]
+        if zipped:
+            extra.append((b"content-encoding", b"gzip"))
+        await _answer(send, 200, b"" if head else body, "text/javascript; charset=utf-8", length=len(body), extra=extra)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _answer(send: Send, status: int, body: bytes, content_type: str, length: int | None = None, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body) if length is None else length).encode()),
+        (b"x-content-type-options", b"nosniff"),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def live_script() -> str:
+    """The page's watcher, put in the page's <head>. No user text is in it."""
+    source = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
+    settings = json.dumps({"live": LIVE_PATH.lstrip("/"), "plotly": f"{PLOTLY_PATH.lstrip('/')}?v={plotly_version()}", "tick_ms": TICK_MS})
+    return f"<script>window.rocboardLiveSettings = {settings};\n{source}</script>"
+
+
+__all__ = ["LIVE_PATH", "PLOTLY_PATH", "LiveRoutes", "PlotlyScript", "live_script", "live_state_html"]
