@@ -246,17 +246,32 @@ def process_started_at(create_time: float | None) -> float | None:
     return None if create_time is None else create_time - process_start_offset()
 
 
+def is_llamafactory_helper(process: psutil.Process) -> bool:
+    """The app's long-lived LLaMA-Factory helper (backend/llama_factory/zygote.py) or a fork of it."""
+    try:
+        return any(part.endswith("zygote.py") for part in process.cmdline()[:3])
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def helpers_settled(server_pid: int, timeout_s: float = 120.0) -> float:
-    """Waits until a freshly started server has no helper processes left (the doctor's
-    torch probe, LLaMA-Factory's argument check), so they do not load a measurement.
-    Returns the seconds waited."""
+    """Waits until a freshly started server's start-up work is done, so that it does not load
+    a measurement: no short-lived helper left (the doctor's torch probe, the key catalogue),
+    and its long-lived LLaMA-Factory helper done importing (quiet: it stays, idle, for the
+    app's life). Returns the seconds waited."""
     started = time.monotonic()
 
     def no_children() -> bool:
         try:
-            return not psutil.Process(server_pid).children(recursive=True)
+            children = psutil.Process(server_pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return True
+        if any(not is_llamafactory_helper(child) for child in children):
+            return False
+        try:
+            return all(child.cpu_percent(interval=0.2) < 5.0 for child in children)
+        except psutil.NoSuchProcess:
+            return False
 
     wait_for(no_children, timeout_s, interval=0.25)  # past the timeout it is measured anyway; the report shows the load average
     return time.monotonic() - started
@@ -501,6 +516,18 @@ def newest_run(runs_dir: Path, known: set[str]) -> dict[str, Any] | None:
     return None
 
 
+def ready_for_a_new_run(page: Any, timeout_ms: int = 120_000) -> None:
+    """Waits until the page can start a run: its load event decided what the form shows and,
+    when that is an earlier run's settings (read-only), "New run from these settings" was
+    pressed, as a user would."""
+    page.wait_for_function(
+        "() => (document.querySelector('#form-mode [data-testid=markdown]')?.innerText ?? '').trim().length > 0", polling=50, timeout=timeout_ms
+    )
+    if page.locator("#new-run").is_visible():
+        page.locator("#new-run").click()
+    page.wait_for_selector("#start:not([disabled])", state="visible", timeout=timeout_ms)
+
+
 def start_and_see_first_point(page: Any, runs_dir: Path, known: set[str]) -> tuple[float, str, float]:
     """Clicks the page's Start and waits until the page shows the new run with one loss
     point drawn. Returns (time of the click, the new run's id, time the point was visible)."""
@@ -508,8 +535,10 @@ def start_and_see_first_point(page: Any, runs_dir: Path, known: set[str]) -> tup
     page.click("#start")
     state = wait_until(lambda: newest_run(runs_dir, known), 300, interval=WATCH_INTERVAL_S, what="the new run to appear")
     run_id = state["id"]
+    # The chart is the new run's once the watcher script says it drew that run (ui/live.js).
     page.wait_for_function(
-        f"() => (document.querySelector('#status') || {{}}).innerText.includes('{run_id}') && ({LOSS_CHART_POINTS_JS})() >= 1",
+        f"() => (document.querySelector('#status') || {{}}).innerText.includes('{run_id}')"
+        f" && window.rocboardLive && window.rocboardLive.drawn.run === '{run_id}' && ({LOSS_CHART_POINTS_JS})() >= 1",
         polling=20,
         timeout=int(TRAINER_TIMEOUT_S * 1000),
     )

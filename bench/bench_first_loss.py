@@ -16,7 +16,8 @@
      progress label `Running N/M` shows (it comes in the same update as its loss plot).
    For both, the trainer's output directory is watched to stamp its phases (imports,
    tokenizer, dataset, model, first step), and the trainer is killed once the point shows.
-   Goal: RocBoard no slower than LlamaBoard.
+   Goals: warm, RocBoard at most half LlamaBoard's time; Start pressed as soon as the page is
+   up after the app started, no slower than LlamaBoard warm.
 
 `python -m bench.bench_first_loss [--quick]`.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    ready_for_a_new_run,
     PHASE_LABELS,
     TRAINER_TIMEOUT_S,
     WATCH_INTERVAL_S,
@@ -103,7 +105,7 @@ def rocboard_trial(browser: Any, server: Any) -> dict[str, Any]:
     try:
         page = context.new_page()
         page.goto(server.url)
-        page.wait_for_selector("#start:not([disabled])", state="visible", timeout=120_000)
+        ready_for_a_new_run(page)
         known = {state["id"] for state in run_states(runs_dir)}
 
         def output_dir() -> Path | None:
@@ -242,6 +244,10 @@ def llamaboard_trial(browser: Any, server: LlamaBoardServer, form: dict[str, Any
 # --- the run --------------------------------------------------------------------------
 
 
+# RocBoard's warm click -> first point against LlamaBoard's (issue 14: the trainer forked warm).
+WARM_RATIO_GOAL = 0.5
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 1 if quick else 3
     start_repeats = 1 if quick else 3
@@ -303,9 +309,9 @@ def summarize(result: dict[str, Any]) -> None:
         phases = summary[kind]["phases"]
         own = [phases[name]["median"] for name in ("process_start", "first_loss_visible") if phases[name].get("n")]
         summary[kind]["ui_own_s"] = sum(own) if len(own) == 2 else None
-    if result["ratio"] <= 1.0:
+    if result["ratio"] <= WARM_RATIO_GOAL:
         verdict: bool | str = True
-    elif result["noise"] is not None and result["ratio"] - 1 <= result["noise"]:
+    elif result["noise"] is not None and result["ratio"] - WARM_RATIO_GOAL <= result["noise"] * WARM_RATIO_GOAL:
         verdict = f"within noise (±{100 * result['noise']:.0f} %)"
     else:
         verdict = False
@@ -315,7 +321,7 @@ def summarize(result: dict[str, Any]) -> None:
     result["goals"] = [
         goal_row("click -> first loss point visible, RocBoard", "-", show(summary["rocboard"]["visible"], "s", digits=1), None),
         goal_row("click -> first loss point visible, LlamaBoard", "-", show(summary["llamaboard"]["visible"], "s", digits=1), None),
-        goal_row("RocBoard / LlamaBoard (medians)", "<= 1.0 (no slower)", f"{result['ratio']:.2f}; paired differences {[round(d, 1) for d in result['paired_differences']]} s", verdict),
+        goal_row("RocBoard / LlamaBoard (medians), both warm", f"<= {WARM_RATIO_GOAL}", f"{result['ratio']:.2f}; paired differences {[round(d, 1) for d in result['paired_differences']]} s", verdict),
         goal_row("what the UI itself adds (click -> trainer start, + first line on disk -> visible), RocBoard / LlamaBoard", "-",
                  f"{fmt_seconds(summary['rocboard']['ui_own_s'])} / {fmt_seconds(summary['llamaboard']['ui_own_s'])}", None),
         goal_row(
@@ -354,9 +360,10 @@ def phase_notes(summary: dict[str, Any], result: dict[str, Any]) -> list[str]:
     if cold.get("click_to_process_s") is not None and cold["click_to_process_s"] > 2 and cold_cost > 2:
         notes.append(
             f"first click right after app start: the trainer started {cold['click_to_process_s']:.1f} s after the click,"
-            f" with {cold.get('helpers_at_click', 0)} start-up helper process(es) of the server still running; the start path"
-            f" alone costs {path['start_first']['median']:.1f} s on a first call and {path['start_again']['median'] * 1000:.0f} ms"
-            " once the same form was checked (RocBoard.start waits on a check that imports torch in a helper process)"
+            f" with {cold.get('helpers_at_click', 0)} start-up helper process(es) of the server still running: the check"
+            " and the warm start wait for the app's LLaMA-Factory helper to finish importing torch (it starts with the app);"
+            f" without that helper (this start path, a fresh interpreter) a first call costs {path['start_first']['median']:.1f} s"
+            f" (a one-shot check importing torch) and {path['start_again']['median'] * 1000:.0f} ms once the same form was checked"
         )
         return notes
 

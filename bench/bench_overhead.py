@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    ready_for_a_new_run,
     LOSS_CHART_POINTS_JS,
     TRAINER_TIMEOUT_S,
     CpuMeter,
@@ -148,7 +149,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
     try:
         page = context.new_page()
         page.goto(server.url)
-        page.wait_for_selector("#start:not([disabled])", state="visible", timeout=120_000)
+        ready_for_a_new_run(page)
         known = {state["id"] for state in run_states(runs_dir)}
         with CpuMeter(server.process.pid) as meter:
             clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)

@@ -34,7 +34,7 @@
     const element = document.querySelector("#live-state [data-live]");
     if (!element) return null;
     const data = element.dataset;
-    return { run: data.run || "", version: data.version || "", active: data.active === "1", lang: data.lang || "en" };
+    return { run: data.run || "", version: data.version || "", active: data.active === "1", lang: data.lang || "en", initial: data.initial === "1" };
   }
 
   function chartHost(name) {
@@ -85,7 +85,7 @@
   async function tick() {
     observe();
     const state = liveState();
-    if (!state || asking) return;
+    if (!state || asking || state.initial) return; // before the load event: see first()
     if (!state.run) {
       if (drawn.run !== null) clearCharts();
       return;
@@ -128,8 +128,46 @@
     }).observe(element, { subtree: true, childList: true, attributes: true });
   }
 
+  // A page just opened: the charts of the run its load event will show, asked for as soon as
+  // the chart elements exist, without waiting for that event (Gradio's first answer comes a
+  // second or more later on a cold page). The answer names the run and language; the panel,
+  // when it arrives, is compared with them like any other.
+  // Asked at once, while Gradio's own scripts load: drawn when the chart elements exist.
+  const firstAnswer = (() => {
+    const url = new URL(settings.live, window.location.href);
+    url.search = new URLSearchParams({ first: "1" }).toString();
+    return fetch(url.href, { cache: "no-store", credentials: "same-origin" })
+      .then((response) => (response.ok ? response.json() : null))
+      .catch(() => null);
+  })();
+
+  async function first() {
+    const state = liveState();
+    if (!state || !state.initial || drawn.run !== null || asking) return;
+    asking = true;
+    try {
+      const answer = await firstAnswer;
+      if (!answer) return;
+      const now = liveState();
+      if (!answer.run || !answer.charts || !now || !now.initial) return; // the panel got there first
+      await Promise.all([draw("loss", answer.charts.loss), draw("memory", answer.charts.memory)]);
+      drawn.run = answer.run;
+      drawn.lang = answer.lang;
+      drawn.version = answer.version;
+    } catch (error) {
+      // The load event's panel draws them instead.
+    } finally {
+      asking = false;
+    }
+  }
+
   window.rocboardLive = { tick, drawn };
   setInterval(tick, TICK_MS);
-  // Until the page has rendered its panel, look for it often (the first chart of a cold page).
-  const early = setInterval(() => { if (document.querySelector("#live-state")) { clearInterval(early); tick(); } }, 50);
+  // Until the page has its chart elements, look for them often (the first chart of a cold page).
+  const early = setInterval(() => {
+    if (document.querySelector("#live-state") && chartHost("loss")) {
+      clearInterval(early);
+      first().finally(tick);
+    }
+  }, 25);
 })();

@@ -176,7 +176,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 log_tail = gr.Code(label="train.log", elem_id="log-tail")
     # What the watcher script reads (which run, which version, whether it trains) and the
     # button it presses when that run changed: the panel's one Gradio event while watching.
-    live_state = gr.HTML(live_state_html(None, None, False, "en"), elem_id="live-state", elem_classes=["rb-hidden"])
+    live_state = gr.HTML(live_state_html(None, None, False, "en", initial=True), elem_id="live-state", elem_classes=["rb-hidden"])
     refresh = gr.Button("", elem_id="live-refresh-all", elem_classes=["rb-hidden"])
     # The same for a run that still trains: only what changes while it does (fewer outputs,
     # less work for the browser, which re-renders every output of an event).
