@@ -216,7 +216,9 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
 
             # --- Resume again: the run ends -----------------------------------------------------
             tab.locator("#resume").click()
-            wait_until(lambda: read_state(run_dir)["attempts"] == 3, 60, what="the second resume to start")
+            # prepare_resume counts the attempt before the launch records it (a warm start may wait
+            # for the app's LLaMA-Factory helper to finish importing): wait for the launch.
+            wait_until(lambda: (s := read_state(run_dir))["attempts"] == 3 and s["state"] != "stopped", 120, what="the second resume to start")
             final = wait_until(lambda: ended(run_dir), 600, 0.5, what="the resumed run to end")
             assert (final["state"], final["exit_code"]) == ("finished", 0), (run_dir / LOG_FILE).read_text()[-3000:]
             assert final["resumed_from"] == f"output/{latest.name}"  # the newest complete checkpoint

@@ -337,27 +337,41 @@ class Launcher:
                 if self._children.get(run_id) is process:
                     self._children.pop(run_id, None)
             return
-        self._finish(run_id, code)
+        self._finish(run_id, code, pid=process.pid)
 
-    def _finish(self, run_id: str, exit_code: int | None, reason: str = "") -> None:
-        """Records how the trainer ended; `reason` is a message id (`reason.*`)."""
+    def _finish(self, run_id: str, exit_code: int | None, reason: str = "", pid: int | None = None) -> None:
+        """Records how the trainer `pid` ended (None: the run's current trainer); `reason` is
+        a message id (`reason.*`).
+
+        Under the lock, like refresh's record of an unwatched end: a tab's tick, the decisions
+        loop and a stop may all see the same end at once, and one record must not overwrite
+        another's (a stop recorded as failed), nor an older attempt's end a resumed one."""
         with self._lock:
-            self._children.pop(run_id, None)
+            child = self._children.get(run_id)
+            if child is not None and (pid is None or child.pid == pid):
+                del self._children[run_id]
+            try:
+                current = self.store.read(run_id)
+            except RunNotFound:
+                self._stopping.discard(run_id)
+                return  # the run directory was deleted while it ran
+            if pid is not None and current.pid not in (None, pid):
+                return  # a newer attempt (a resume) owns the run now
             stopping = run_id in self._stopping
             self._stopping.discard(run_id)
-        params: dict[str, str] = {}
-        if stopping:
-            state, reason = "stopped", reason or "reason.stopped_by_user"
-        elif exit_code == 0:
-            state = "finished"
-        else:
-            state = "failed"
-            if exit_code is not None and exit_code < 0 and not reason:
-                reason, params = "reason.killed_by_signal", {"signal": signal.Signals(-exit_code).name}
-        try:
-            self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, stop_reason_params=params, ended_at=time.time())
-        except RunNotFound:
-            pass  # the run directory was deleted while it ran
+            params: dict[str, str] = {}
+            if stopping:
+                state, reason = "stopped", reason or "reason.stopped_by_user"
+            elif exit_code == 0:
+                state = "finished"
+            else:
+                state = "failed"
+                if exit_code is not None and exit_code < 0 and not reason:
+                    reason, params = "reason.killed_by_signal", {"signal": signal.Signals(-exit_code).name}
+            try:
+                self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, stop_reason_params=params, ended_at=time.time())
+            except RunNotFound:
+                pass
 
     def stop(self, run_id: str) -> RunState:
         state = self.store.read(run_id)
@@ -404,12 +418,16 @@ class Launcher:
             return state
         final, reason = derive_final_state(self.store.run_dir(run_id))
         with self._lock:
-            # Stopped by us and seen gone by another thread (a tab's tick, the decisions loop)
-            # before stop() recorded it. stop() clears the mark: were it cleared here, stop()'s
-            # own record would follow this one and call the run failed.
+            # Recorded once, for the trainer found gone: another thread (a stop, a tab's tick,
+            # the decisions loop) may have recorded its end meanwhile, or a resume started a
+            # new one.
+            current = self.store.read(run_id)
+            if not current.active or (current.pid, current.pid_started) != (state.pid, state.pid_started) or run_id in self._children:
+                return current
+            # Stopped by us and seen gone here before stop() recorded it; stop() clears the mark.
             if run_id in self._stopping:
                 final, reason = "stopped", "reason.stopped_by_user"
-        return self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
+            return self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
 
     def live_pid(self, run_id: str) -> int | None:
         try:
