@@ -292,12 +292,15 @@ class DemoConfig:
     max_steps: int
 
 
-def demo_config(workdir: Path) -> DemoConfig:
+def demo_config(workdir: Path, max_steps: int | None = None) -> DemoConfig:
+    """The demo form as RocBoard checks and writes it; `max_steps`: a longer or shorter run."""
     from backend.config import to_yaml
     from backend.findings import has_problems
     from backend.service import RocBoard, demo_form
 
     form = demo_form()
+    if max_steps is not None:
+        form["max_steps"] = max_steps
     board = RocBoard(workdir / "parse-runs", export_dir=workdir / "parse-exports")
     config, findings, preset = board.parse(form)
     if has_problems(findings):

@@ -50,6 +50,7 @@ from bench import (
 from tests.harness import chromium_browser, kill_tree, run_states, wait_until
 
 OVERHEAD_GOAL = 1.02
+OVERHEAD_STEPS = 600
 WATCH_CPU_GOAL_PERCENT = 1.0
 HISTORY_POINTS = 30
 LONG_HISTORY_POINTS = 20_000
@@ -139,17 +140,23 @@ def meter_figures(meter: CpuMeter) -> dict[str, float]:
         "cpu_s": meter.cpu_s,
         "cpu_percent": meter.cpu_percent,
         "browser_cpu_percent": meter.browser_cpu_percent,
+        "browser_cpu_s": meter.browser_cpu_s,
         "peak_rss_mib": meter.peak_rss / 2**20,
     }
 
 
-def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
-    """The demo run started from the page (its form opens on the demo), watched to its end."""
+def rocboard_run(browser: Any, server: Any, runs_dir: Path, max_steps: int) -> dict[str, Any]:
+    """The demo run started from the page (its form opens on the demo), watched to its end.
+    The tab's CPU is taken over the whole window and over the watching alone (first point
+    visible to the run's end): the start's burst (the form turning read-only, the panel
+    opening) is the same for a short run and a long one."""
     context = browser.new_context()
     try:
         page = context.new_page()
         page.goto(server.url)
         ready_for_a_new_run(page)
+        page.locator("#max-steps input").fill(str(max_steps))
+        page.locator("#max-steps input").press("Tab")
         known = {state["id"] for state in run_states(runs_dir)}
         with CpuMeter(server.process.pid) as meter:
             clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)
@@ -160,7 +167,8 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
                         return s
                 return None
 
-            final = wait_until(ended, TRAINER_TIMEOUT_S, interval=0.2, what=f"run {run_id} to end")
+            with CpuMeter(server.process.pid) as watching:
+                final = wait_until(ended, TRAINER_TIMEOUT_S, interval=0.2, what=f"run {run_id} to end")
         output_dir = runs_dir / run_id / "output"
         return {
             "run_id": run_id,
@@ -171,6 +179,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path) -> dict[str, Any]:
             "steps": logged_steps(output_dir),
             "click_to_first_point_visible_s": visible - clicked,
             "server": meter_figures(meter),
+            "watching": meter_figures(watching),
         }
     finally:
         context.close()
@@ -185,7 +194,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     board_runs: list[dict[str, Any]] = []
     idle_server_during_cli: list[float] = []
     with Workspace("bench-overhead-") as workdir:
-        demo = demo_config(workdir)
+        # Longer than the demo's 100 steps (1.6 s of training): long enough to resolve the
+        # trainer's own time and to watch the run for a while.
+        demo = demo_config(workdir, max_steps=OVERHEAD_STEPS)
         result["demo_steps"] = demo.max_steps
         server = rocboard_server(workdir / "app")
         runs_dir = server.runs_dir
@@ -202,7 +213,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                         idle_server_during_cli.append(idle_meter.cpu_percent)
                         cli_runs.append({**trainer.__dict__, "load_1m_before": load_before})
                     else:
-                        board_runs.append({**rocboard_run(browser, server, runs_dir), "load_1m_before": load_before})
+                        board_runs.append({**rocboard_run(browser, server, runs_dir, demo.max_steps), "load_1m_before": load_before})
         finally:
             server.stop()
     result["cli_runs"] = cli_runs
@@ -222,6 +233,8 @@ def summarize(result: dict[str, Any]) -> None:
     loop_ratio = board_loop["median"] / cli_loop["median"] if cli_loop.get("n") and board_loop.get("n") else None
     server_cpu = spread([r["server"]["cpu_percent"] for r in board])
     browser_cpu = spread([r["server"]["browser_cpu_percent"] for r in board])
+    browser_watching = spread([r["watching"]["browser_cpu_percent"] for r in board])
+    browser_cpu_s = spread([r["server"]["browser_cpu_s"] for r in board])
     peak_rss = max(r["server"]["peak_rss_mib"] for r in board)
     watch = result["steady_watch"]
     idle = watch["idle"]
@@ -234,35 +247,41 @@ def summarize(result: dict[str, Any]) -> None:
         train_runtime_ratio=loop_ratio,
         server_cpu_during_runs=server_cpu,
         browser_cpu_during_runs=browser_cpu,
+        browser_cpu_watching=browser_watching,
+        browser_cpu_s_per_run=browser_cpu_s,
         server_peak_rss_mib=peak_rss,
     )
     all_finished = all(r["exit_code"] == 0 for r in cli) and all(r["state"] == "finished" for r in board)
-    # The machine's own run-to-run noise, from the CLI runs alone: a ratio closer to 1 than
-    # this cannot be told from 1, either way.
-    noise = (cli_wall["max"] - cli_wall["min"]) / (2 * cli_wall["median"]) if cli_wall["n"] > 1 else None
+    # Does watching slow the training? The trainer's own train_runtime answers it: a warm start
+    # (forked from the app's helper, imports done) makes RocBoard's wall time shorter by the
+    # ~6 s of imports, which says nothing about the watching. The machine's own run-to-run
+    # noise, from the CLI runs alone: a ratio closer to 1 than this cannot be told from 1.
+    noise = (cli_loop["max"] - cli_loop["min"]) / (2 * cli_loop["median"]) if cli_loop.get("n", 0) > 1 else None
     result["cli_noise"] = noise
-    if not all_finished:
+    if not all_finished or loop_ratio is None:
         verdict: bool | str = False
-    elif noise is not None and noise > OVERHEAD_GOAL - 1 and abs(ratio - 1) <= noise:
+    elif noise is not None and noise > OVERHEAD_GOAL - 1 and abs(loop_ratio - 1) <= noise:
         verdict = f"not resolvable here (noise ±{100 * noise:.0f} %)"
     else:
-        verdict = ratio <= OVERHEAD_GOAL
+        verdict = loop_ratio <= OVERHEAD_GOAL
     result["verdict"] = verdict
     result["goals"] = [
         goal_row("demo run wall time, `llamafactory-cli train` alone", "-", show(cli_wall, "s", digits=1), None),
         goal_row("demo run wall time, RocBoard watching (1 tab, 1 s refresh)", "-", show(board_wall, "s", digits=1), None),
-        goal_row("RocBoard / CLI, wall time (medians)", "<= 1.02", f"{ratio:.3f}" + ("" if all_finished else " (a run did not finish)"), verdict),
-        goal_row("run-to-run noise of the CLI runs alone (half their range)", "-", f"±{100 * noise:.1f} %" if noise is not None else "n/a (one run)", None),
-        goal_row("RocBoard / CLI, trainer's own train_runtime (medians)", "-", f"{loop_ratio:.3f}" if loop_ratio else "n/a", None),
+        goal_row("RocBoard / CLI, wall time (medians; RocBoard's trainer starts warm)", "-", f"{ratio:.3f}" + ("" if all_finished else " (a run did not finish)"), None),
+        goal_row("RocBoard / CLI, trainer's own train_runtime (medians): does watching slow it?", "<= 1.02", f"{loop_ratio:.3f}" if loop_ratio else "n/a", verdict),
+        goal_row("run-to-run noise of the CLI's train_runtime (half its range)", "-", f"±{100 * noise:.1f} %" if noise is not None else "n/a (one run)", None),
         goal_row("web process CPU with no tab open (Gradio/uvicorn idle)", "-", f"{watch['no_tab']['cpu_percent']:.2f} %", None),
         goal_row("web process CPU while one tab watches a run whose log does not grow", "< 1 % of one core", f"{idle['cpu_percent']:.2f} %", idle["cpu_percent"] < WATCH_CPU_GOAL_PERCENT),
         goal_row("web process CPU, 1 new point/s (chart redrawn each second)", "-", f"{watch['one_line_per_s']['cpu_percent']:.2f} %", None),
         goal_row(
-            "Chromium tab CPU while watching a demo run (click to end)",
+            "Chromium tab CPU while watching a demo run (first point visible to the run's end)",
             f"<= {TAB_CPU_GOAL_PERCENT:g} % of one core",
-            show(browser_cpu, "%", digits=1),
-            browser_cpu["median"] <= TAB_CPU_GOAL_PERCENT,
+            show(browser_watching, "%", digits=1),
+            browser_watching["median"] <= TAB_CPU_GOAL_PERCENT,
         ),
+        goal_row("Chromium tab CPU, click to the run's end (the start's redraw of the form included)", "-", show(browser_cpu, "%", digits=1), None),
+        goal_row("Chromium tab CPU-seconds per demo run, click to end", "-", show(browser_cpu_s, "s", digits=2), None),
         goal_row("Chromium tab CPU, 1 new point/s (stand-in run)", "-", f"{watch['one_line_per_s']['browser_cpu_percent']:.1f} %", None),
     ]
     if "one_line_per_s_long" in watch:
@@ -287,7 +306,10 @@ def report(result: dict[str, Any]) -> str:
         runtime = f"{r['train_runtime_s']:.1f}" if r.get("train_runtime_s") else "n/a"
         extra = ""
         if kind == "rocboard":
-            extra = f", click->first point visible {r['click_to_first_point_visible_s']:.1f} s, web CPU {r['server']['cpu_percent']:.1f} %, browser CPU {r['server']['browser_cpu_percent']:.1f} %"
+            extra = (
+                f", click->first point visible {r['click_to_first_point_visible_s']:.1f} s, web CPU {r['server']['cpu_percent']:.1f} %,"
+                f" browser CPU {r['server']['browser_cpu_percent']:.1f} % ({r['server']['browser_cpu_s']:.2f} s), while watching {r['watching']['browser_cpu_percent']:.1f} %"
+            )
         else:
             first = r.get("first_loss_after_start_s")
             extra = f", first loss line {first:.1f} s after process start" if first else ""
@@ -313,12 +335,13 @@ def report(result: dict[str, Any]) -> str:
         *runs,
         f"  CLI alone:          wall {show(result['cli_wall'], 's', digits=1)}; train_runtime {show(result['cli_train_runtime'], 's', digits=1)}",
         f"  RocBoard watching:  wall {show(result['rocboard_wall'], 's', digits=1)}; train_runtime {show(result['rocboard_train_runtime'], 's', digits=1)}",
-        f"  ratio of medians: wall {result['wall_ratio']:.3f}"
+        f"  ratio of medians: wall {result['wall_ratio']:.3f} (RocBoard's trainer starts warm: no imports)"
         + (f"; train_runtime {result['train_runtime_ratio']:.3f}" if result["train_runtime_ratio"] else "")
-        + (f"; the CLI runs alone vary by ±{100 * result['cli_noise']:.1f} %" if result.get("cli_noise") is not None else ""),
+        + (f"; the CLI's train_runtime varies by ±{100 * result['cli_noise']:.1f} %" if result.get("cli_noise") is not None else ""),
         "  -> " + (("OK" if result["verdict"] else "NOT") + f" <= {OVERHEAD_GOAL}" if isinstance(result["verdict"], bool) else f"{result['verdict']}: this machine cannot resolve {100 * (OVERHEAD_GOAL - 1):.0f} %"),
         f"  web process during the RocBoard runs: CPU {show(result['server_cpu_during_runs'], '%', digits=1)} of one core;"
-        f" peak RSS {result['server_peak_rss_mib']:.0f} MiB; the tab (Chromium) {show(result['browser_cpu_during_runs'], '%', digits=1)}",
+        f" peak RSS {result['server_peak_rss_mib']:.0f} MiB; the tab (Chromium) {show(result['browser_cpu_during_runs'], '%', digits=1)} from the click,"
+        f" {show(result['browser_cpu_watching'], '%', digits=1)} while watching",
         f"  the idle web process during the CLI runs (no tab open): {[round(v, 2) for v in result['idle_server_cpu_percent_during_cli']]} % CPU",
         "Web process while one tab watches a training run (stand-in trainer; helpers settled"
         f" {result['helpers_settled_after_s']:.0f} s after start):",
