@@ -238,6 +238,14 @@ def report(result: dict[str, Any]) -> str:
         f" plotly.js ({result['plotly_js_kib']:.0f} KiB as sent) requested at {result['plotly_js_start']['median']:.2f} s, loaded at"
         f" {result['plotly_js_end']['median']:.2f} s; chart drawn at {result['chart']['median']:.2f} s"
         if result["plotly_js_end"].get("n") and result["first_data"].get("n") else "  (resource timings not available)",
+        *(
+            [
+                f"  why the chart is not sooner: it is drawn as the page becomes usable (Stop usable {result['controls']['median']:.2f} s):"
+                " plotly.js and the run's charts are in before Gradio has built the page and run its load event in the browser"
+            ]
+            if result["chart"]["median"] >= CHART_READY_GOAL_S
+            else []
+        ),
         f"  browser cache warm (a returning tab): Stop {show(result['warm_controls'], 's')}; chart {show(result['warm_chart'], 's')}",
         f"  first load right after the server answered: Stop {result['first_load']['controls_s']:.2f} s, chart {result['first_load']['chart_s']:.2f} s"
         f" (the server's start-up helpers settled {result['helpers_settled_after_s']:.1f} s later)",

@@ -339,6 +339,15 @@ def report(result: dict[str, Any]) -> str:
         + (f"; train_runtime {result['train_runtime_ratio']:.3f}" if result["train_runtime_ratio"] else "")
         + (f"; the CLI's train_runtime varies by ±{100 * result['cli_noise']:.1f} %" if result.get("cli_noise") is not None else ""),
         "  -> " + (("OK" if result["verdict"] else "NOT") + f" <= {OVERHEAD_GOAL}" if isinstance(result["verdict"], bool) else f"{result['verdict']}: this machine cannot resolve {100 * (OVERHEAD_GOAL - 1):.0f} %"),
+        *(
+            [
+                f"  why: the tab ({result['browser_cpu_watching']['median']:.1f} % of a core while watching) and the web process"
+                f" ({result['server_cpu_during_runs']['median']:.1f} %) run on the same {result['conditions'].get('logical_cores', 2)} cores as"
+                " this CPU-bound trainer; a browser on another machine (an SSH tunnel) or a GPU-bound trainer does not pay it"
+            ]
+            if result["verdict"] is False and result.get("train_runtime_ratio")
+            else []
+        ),
         f"  web process during the RocBoard runs: CPU {show(result['server_cpu_during_runs'], '%', digits=1)} of one core;"
         f" peak RSS {result['server_peak_rss_mib']:.0f} MiB; the tab (Chromium) {show(result['browser_cpu_during_runs'], '%', digits=1)} from the click,"
         f" {show(result['browser_cpu_watching'], '%', digits=1)} while watching",
