@@ -10,7 +10,7 @@
   const CHARTS = { loss: "loss-chart", memory: "memory-chart" };
   const drawn = { run: null, lang: null, version: "" }; // what the charts show
   let asking = false;
-  let asked = { version: "", at: 0 }; // the last panel refresh pressed, to press it once per change
+  let asked = { version: "", whole: false, at: 0 }; // the last panel refresh pressed, to press it once per change
   let watched = null; // the #live-state element observed
   let plotly = null;
 
@@ -75,8 +75,8 @@
 
   function askPanel(version, whole) {
     const now = Date.now();
-    if (asked.version === version && now - asked.at < 5000) return; // pressed already: wait for it
-    asked = { version, at: now };
+    if (asked.version === version && asked.whole === whole && now - asked.at < 5000) return; // pressed already: wait for it
+    asked = { version, whole, at: now };
     // A run still training changes only its progress and readings: the small refresh.
     const button = document.querySelector(whole ? "#live-refresh-all" : "#live-refresh");
     if (button) button.click();

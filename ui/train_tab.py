@@ -411,7 +411,23 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     ticking_names = ("status", "alert", "progress", "gpu_table", "live", "version")
 
     def render_ticking(run_id: str | None, shown: Any = None, locale: str = "en", mode_value: Any = None) -> list[Any]:
-        updates = dict(zip(panel, render(run_id, shown, locale, mode_value)))
+        """The members that change while a run trains. A run that has ended meanwhile is left
+        as it is here: its end changes the buttons, the download, the log, which only the
+        whole panel's refresh sends (the script asks for it at its next tick, seeing the run
+        no longer trains); drawn here, its version would be taken as shown and that refresh
+        would send nothing."""
+        drawn = shown if isinstance(shown, dict) else {}
+        run = board.run_view(run_id, locale, drawn.get("version"))
+        if not run.active:
+            return [gr.skip()] * len(ticking_names)
+        updates = dict(zip(panel, show(run, editing_of(mode_value), locale, drawn.get("sent"))))
+        version = updates["version"]
+        if isinstance(version, dict):
+            # Only what this event sends counts as sent: the other members' digests stay the
+            # whole panel's last ones.
+            sent = dict(drawn.get("sent") or {})
+            sent.update({name: version["sent"][name] for name in ticking_names if name in version["sent"]})
+            updates["version"] = {"version": version["version"], "sent": sent}
         return [updates[name] for name in ticking_names]
 
     refresh_ticking.click(
