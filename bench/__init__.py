@@ -33,7 +33,19 @@ from typing import Any, Callable, Iterable, Sequence
 
 import psutil
 
-from tests.harness import AppServer, ServerProcess, free_port, http_get, kill_tree, process_tree, run_states, wait_for, wait_until
+from tests.harness import (  # noqa: F401 - fake_run and trainer_log_line: shared with the tests, used by the benches
+    AppServer,
+    ServerProcess,
+    fake_run,
+    free_port,
+    http_get,
+    kill_tree,
+    process_tree,
+    run_states,
+    trainer_log_line,
+    wait_for,
+    wait_until,
+)
 
 # How often the watchers look at the disk: the resolution of every "when did it appear".
 WATCH_INTERVAL_S = 0.05
@@ -546,48 +558,6 @@ def start_and_see_first_point(page: Any, runs_dir: Path, known: set[str]) -> tup
         timeout=int(TRAINER_TIMEOUT_S * 1000),
     )
     return clicked, run_id, time.time()
-
-
-def fake_run(runs_dir: Path, points: int, active: bool) -> tuple[str, Path, subprocess.Popen | None]:
-    """A run directory as RocBoard writes one, with `points` lines of trainer log and, when
-    active, a stand-in trainer (`sleep`) so the server treats the run as training.
-
-    Returns (run id, its trainer_log.jsonl, the stand-in process or None)."""
-    from backend.runs import RunStore
-    from backend.service import demo_form
-
-    store = RunStore(runs_dir)
-    state = store.create(name="bench", preset="cpu-demo", model="demo", files={"config.yaml": "", "form.json": json.dumps(demo_form()), "train.log": ""})
-    output_dir = runs_dir / state.id / "output"
-    output_dir.mkdir()
-    trainer_log = output_dir / "trainer_log.jsonl"
-    total = max(points, 1) * 10
-    trainer_log.write_text("".join(trainer_log_line(step, total) for step in range(1, points + 1)), encoding="utf-8")
-    stand_in = None
-    if active:
-        stand_in = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, start_new_session=True)
-        store.update(state.id, state="running", pid=stand_in.pid, pid_started=psutil.Process(stand_in.pid).create_time(), started_at=time.time())
-    else:
-        store.update(state.id, state="finished", exit_code=0, started_at=time.time() - 60, ended_at=time.time())
-    return state.id, trainer_log, stand_in
-
-
-def trainer_log_line(step: int, total_steps: int) -> str:
-    """One line as LLaMA-Factory's LogCallback writes it."""
-    loss = 2.0 + 4.0 / (1 + step / 50) + 0.05 * ((step * 7919) % 13) / 13
-    record = {
-        "current_steps": step,
-        "total_steps": total_steps,
-        "loss": round(loss, 4),
-        "lr": 5e-3 * (1 - step / (total_steps + 1)),
-        "epoch": round(step / 89, 4),
-        "percentage": round(100 * step / total_steps, 2),
-        "elapsed_time": f"0:{step // 60:02d}:{step % 60:02d}",
-        "remaining_time": "0:01:00",
-        "throughput": 1234.5,
-        "total_tokens": step * 4096,
-    }
-    return json.dumps(record) + "\n"
 
 
 # --- LlamaBoard (`llamafactory-cli webui`) ----------------------------------------------

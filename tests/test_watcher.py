@@ -15,38 +15,13 @@ from __future__ import annotations
 import gzip
 import json
 import signal
-import subprocess
 import time
 
-import psutil
 import pytest
 
-from backend.runs import RunStore
-from backend.service import RocBoard, demo_form
+from backend.service import RocBoard
 from backend.service.live import version_key
-from tests.harness import ROOT, AppServer, http_get, wait_until
-
-
-def trainer_line(step: int, total: int = 100) -> str:
-    return json.dumps({"current_steps": step, "total_steps": total, "loss": 3.0 - step / 100, "lr": 1e-4, "epoch": 0.1, "percentage": step, "elapsed_time": "0:00:01", "remaining_time": "0:00:09"}) + "\n"
-
-
-def make_run(runs_dir, steps: int, active: bool) -> tuple[str, object, subprocess.Popen | None]:
-    """A run directory as the app writes one, with `steps` logged points; `active`: a stand-in
-    trainer (`sleep`) keeps it training. Returns (run id, its trainer log, the stand-in)."""
-    store = RunStore(runs_dir)
-    state = store.create(name="watched", preset="cpu-demo", model="demo", files={"config.yaml": "", "form.json": json.dumps(demo_form()), "train.log": ""})
-    output = runs_dir / state.id / "output"
-    output.mkdir()
-    log = output / "trainer_log.jsonl"
-    log.write_text("".join(trainer_line(step) for step in range(1, steps + 1)), encoding="utf-8")
-    stand_in = None
-    if active:
-        stand_in = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL, start_new_session=True)
-        store.update(state.id, state="running", pid=stand_in.pid, pid_started=psutil.Process(stand_in.pid).create_time(), started_at=time.time())
-    else:
-        store.update(state.id, state="finished", exit_code=0, started_at=time.time() - 60, ended_at=time.time())
-    return state.id, log, stand_in
+from tests.harness import ROOT, AppServer, fake_run, http_get, trainer_log_line, wait_until
 
 
 @pytest.fixture
@@ -58,7 +33,7 @@ def board(tmp_path):
 
 
 def test_an_unchanged_run_is_answered_without_its_charts(board):
-    run_id, _, _ = make_run(board.store.root, 3, active=False)
+    run_id, _, _ = fake_run(board.store.root, 3, active=False)
     first = board.live(run_id, "en", "")
     assert first.version and not first.active and not first.gone
     assert len(first.charts["loss"]["data"][0]["x"]) == 3 and "data" in first.charts["memory"]
@@ -72,12 +47,12 @@ def test_an_unchanged_run_is_answered_without_its_charts(board):
 
 
 def test_a_training_run_moves_on_with_each_new_point(board):
-    run_id, log, stand_in = make_run(board.store.root, 2, active=True)
+    run_id, log, stand_in = fake_run(board.store.root, 2, active=True)
     try:
         first = board.live(run_id, "en", "")
         assert first.active
         with open(log, "a", encoding="utf-8") as handle:
-            handle.write(trainer_line(3))
+            handle.write(trainer_log_line(3, 20))
         moved = wait_until(lambda: (a := board.live(run_id, "en", first.version)).charts is not None and a, 10, what="the new point")
         assert len(moved.charts["loss"]["data"][0]["x"]) == 3 and moved.active
     finally:
@@ -88,7 +63,7 @@ def test_a_training_run_moves_on_with_each_new_point(board):
 def test_the_route_and_the_panel_agree_on_the_version(board):
     """The page's #live-state carries the panel's version; the route answers its own. Equal
     for the same run and language, or the script would ask Gradio to redraw every second."""
-    run_id, _, _ = make_run(board.store.root, 5, active=False)
+    run_id, _, _ = fake_run(board.store.root, 5, active=False)
     panel = board.run_view(run_id, "zh-CN")
     assert board.live(run_id, "zh-CN", "").version == version_key(panel.version)
 
@@ -113,7 +88,7 @@ def server():
 
 
 def test_the_route_answers_the_page_and_nobody_else(server):
-    run_id, _, _ = make_run(server.runs_dir, 4, active=False)
+    run_id, _, _ = fake_run(server.runs_dir, 4, active=False)
     status, headers, body = http_get(server.port, f"/rocboard/live?run={run_id}&lang=en&drawn=")
     assert status == 200 and headers["content-type"] == "application/json" and headers["cache-control"] == "no-store"
     answer = json.loads(body)
@@ -157,7 +132,7 @@ def requests_between(page, start: float, end: float, run_id: str | None = None) 
 
 @pytest.mark.browser
 def test_a_tab_asks_while_its_run_trains_and_stops_when_it_ends(chromium, server):
-    run_id, _, stand_in = make_run(server.runs_dir, 5, active=True)
+    run_id, _, stand_in = fake_run(server.runs_dir, 5, active=True)
     context = chromium.new_context()
     try:
         page = context.new_page()
