@@ -23,8 +23,6 @@ from urllib.parse import urlsplit
 
 APP_DIR_PREFIX = "rocboard-app-"
 
-
-
 # Gradio's queue looks for work 20 times a second and for progress to send 10 times a
 # second, even with nothing queued: most of an idle server's CPU (BENCHMARKS.md, section 2).
 # RocBoard reports no gr.Progress, and its queued events (Start, Resume, Stop, the checks)
@@ -39,6 +37,7 @@ def quiet_queue(page: object) -> None:
     if queue is not None and hasattr(queue, "sleep_when_free") and hasattr(queue, "progress_update_sleep_when_free"):
         queue.sleep_when_free = QUEUE_WORK_POLL_S
         queue.progress_update_sleep_when_free = QUEUE_PROGRESS_POLL_S
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description="Serve the RocBoard page.")
@@ -207,11 +206,9 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
-    from backend.llama_factory.helper_client import warm_start_enabled
-
-    # The LLaMA-Factory helper (imports torch once; checks and trainers fork from it).
-    warm = not args.no_warm_start and warm_start_enabled()
-    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports, warm_helper=warm)
+    # The LLaMA-Factory helper (imports torch once; checks and trainers fork from it), unless
+    # --no-warm-start (RocBoard.start_helper also heeds ROCBOARD_WARM_START=0).
+    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports, warm_helper=not args.no_warm_start)
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)

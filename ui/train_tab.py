@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +10,7 @@ import gradio as gr
 from backend import view
 from backend.config import schema
 from backend.service import RocBoard, RunView, demo_form
+from backend.service.live import digest
 from ui.live import live_state_html
 from ui.widgets import Texts
 
@@ -228,7 +228,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         # While a run trains only its progress and readings change from second to second:
         # each update re-renders its component in the browser, so what is already there is
         # not sent again.
-        digests = {name: hashlib.blake2b(repr(value).encode(), digest_size=8).hexdigest() for name, value in updates.items()}
+        digests = {name: digest(value) for name, value in updates.items()}
         if sent:
             updates = {name: value for name, value in updates.items() if sent.get(name) != digests[name]}
         updates["version"] = {"version": run.version, "sent": {**(sent or {}), **digests}}

@@ -90,8 +90,7 @@ def check_many_with_llamafactory(configs: list[dict[str, Any]], timeout_s: float
             check=False,
         )
     except subprocess.TimeoutExpired:
-        finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
-        return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
+        return _timed_out(configs, timeout_s, started)
     seconds = time.perf_counter() - started
     answer = last_json_line(done.stdout)
     if answer is None:
@@ -112,11 +111,15 @@ def _check_with_helper(configs: list[dict[str, Any]], timeout_s: float, started:
     try:
         answer = helper.check([_jsonable(c) for c in configs], timeout_s)
     except TimeoutError:
-        finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
-        return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
+        return _timed_out(configs, timeout_s, started)
     if answer is None:
         return None  # the helper is gone or failing: the one-shot worker answers
     return _answer_to_findings(answer, configs, time.perf_counter() - started)
+
+
+def _timed_out(configs: list[dict[str, Any]], timeout_s: float, started: float) -> WorkerAnswer:
+    finding = Finding.of(GENERAL_KEY, "lf-timeout", severity="warning", seconds=f"{timeout_s:g}")
+    return WorkerAnswer([[finding] for _ in configs], time.perf_counter() - started, None)
 
 
 def _answer_to_findings(answer: dict[str, Any], configs: list[dict[str, Any]], seconds: float) -> WorkerAnswer:

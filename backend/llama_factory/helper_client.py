@@ -32,12 +32,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+# The protocol's limits and names, from the helper itself (zygote.py imports only the standard library).
+from backend.llama_factory.zygote import ENV_ROOM_NAME, MAX_LINE_BYTES
+
 ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
-MAX_LINE_BYTES = 4 * 1024 * 1024  # as zygote.MAX_LINE_BYTES
 READY_WAIT_S = 90.0  # a Start right after the app started waits for the helper's imports
 TRAIN_REPLY_S = 15.0  # a fork answers in milliseconds; this only bounds a stuck helper
 RESTART_BACKOFF_S = 60.0
-ENV_ROOM_NAME = "ROCBOARD_HELPER_ENV_ROOM"  # as zygote.ENV_ROOM_NAME
 ENV_ROOM_BYTES = 32 * 1024  # a helper that failed to import is not retried more often
 
 # Variables read only when the device, the collectives or the trainer start, never while

@@ -24,12 +24,14 @@ from backend.service.run_view import charts_of
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
+def digest(value: object) -> str:
+    """A short, stable text for a value made of plain values (its repr hashed)."""
+    return hashlib.blake2b(repr(value).encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
 def version_key(version: tuple | None) -> str:
-    """A short, stable text for a run panel's version (a tuple of plain values), which the
-    page keeps in an attribute and sends back."""
-    if version is None:
-        return ""
-    return hashlib.blake2b(repr(version).encode("utf-8", "replace"), digest_size=8).hexdigest()
+    """A run panel's version as the page keeps it in an attribute and sends back."""
+    return "" if version is None else digest(version)
 
 
 @dataclass(frozen=True)
@@ -64,4 +66,4 @@ def live_answer(monitors: Monitors, run_manager: RunManager, run_id: str, locale
     return LiveAnswer(version_key((snapshot.version, locale)), state.active, charts_of(snapshot, locale))
 
 
-__all__ = ["LiveAnswer", "RUN_ID", "live_answer", "version_key"]
+__all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "version_key"]
