@@ -542,7 +542,9 @@ def _page_keys_and_labels() -> tuple[dict[str, str], set[str]]:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and key_pattern.match(node.value):
-                if not node.value.endswith((".py", ".json", ".yaml", ".log", ".jsonl")):
+                # A head ending in "." is an f-string's prefix (f"datatab.layout.{name}"): the
+                # keys it makes are checked where the names are known (tests/test_data_page.py).
+                if not node.value.endswith((".py", ".json", ".yaml", ".log", ".jsonl", ".")):
                     keys[node.value] = path.name
             elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
                 head = node.values[0].value

@@ -298,6 +298,30 @@ class LlamaFactoryHelper:
             return None
         return answer
 
+    def lengths(self, request: dict[str, Any], timeout: float = 180.0) -> dict[str, Any] | None:
+        """backend/data/lengths_worker.py's answer for `request` (model_path, template,
+        dataset_dir, dataset, stage, max_examples), computed in a fork of the helper (waits for
+        the helper's imports within `timeout`); None when no helper can answer (use the
+        one-shot worker). A request the helper refuses comes back as {"ok": false, "error":
+        {"kind": "request", ...}}. Raises TimeoutError when it took longer than `timeout`."""
+        started = time.monotonic()
+        if not self.ensure():
+            return None
+        if not self.wait_ready(timeout):
+            if self.state == "starting":
+                raise TimeoutError(f"the LLaMA-Factory helper was not ready in {timeout:g} s")
+            return None
+        left = max(2.0, timeout - (time.monotonic() - started))
+        # The helper kills the child at timeout_s and answers first; the wait here is a bound.
+        answer = self._request({"op": "lengths", **request, "timeout_s": max(1.0, left - 1.0)}, left)
+        if answer is None:
+            return None
+        if "error" in answer and "ok" not in answer:
+            if answer.get("error") == "unknown op":
+                return None
+            return {"ok": False, "error": {"kind": "request", "type": "Refused", "message": str(answer.get("error"))[:1000]}}
+        return answer
+
     def train(self, run_dir: Path, env: Mapping[str, str], ready_timeout: float = READY_WAIT_S) -> WarmChild | None:
         """Forks `llamafactory-cli train config.yaml` of `run_dir` with environment `env`;
         None when it cannot (no helper ready in `ready_timeout`, CUDA initialised in the

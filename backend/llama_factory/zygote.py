@@ -13,10 +13,17 @@ Protocol: JSON lines, each at most MAX_LINE_BYTES.
                          or {"ready": false, "error": {"type", "message"}} (then it exits)
   web -> helper:         {"id": n, "op": "check", "configs": [{...}, ...]}
                          {"id": n, "op": "train", "run_dir": "/abs/runs/<id>", "env": {...}}
+                         {"id": n, "op": "lengths", "model_path": "/abs", "template", "dataset_dir":
+                          "/abs", "dataset", "stage", "max_examples", "timeout_s"}
   helper -> web:         {"id": n, "ok": true, "import_s": 0, "results": [...]} (as worker.py)
                          {"id": n, "pid": 1234}                (a trainer was forked)
+                         {"id": n, "ok": ..., ...}             (as backend/data/lengths_worker.py)
                          {"id": n, "error": "why"}             (a request refused)
                          {"exit": 1234, "code": 0}             (a trainer ended; -N: signal N)
+
+A lengths child (backend/data/lengths_worker.py's `measure`, the helper imported the file by
+its path) runs like a check child: no device, its answer one JSON line through a pipe, killed
+at the request's timeout_s (bounded by LENGTHS_MAX_TIMEOUT_S).
 
 A trainer child runs `llamafactory-cli train config.yaml` in-process: its own session, the
 run directory as its cwd, the run's environment (wholly replacing the helper's), train.log
@@ -44,6 +51,8 @@ CONFIG_FILE = "config.yaml"
 LOG_FILE = "train.log"
 MAX_ENV_ITEMS = 4096
 MAX_ENV_BYTES = 1024 * 1024
+LENGTHS_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "lengths_worker.py")
+LENGTHS_MAX_TIMEOUT_S = 900.0
 
 # Imported before the first request: what `llamafactory-cli train` and the parser check need.
 PRELOAD = (
@@ -223,6 +232,45 @@ def _check_child(write_fd: int, configs: list[Any], parser, known: set[str]) -> 
         os._exit(code)
 
 
+def _lengths_module():
+    """backend/data/lengths_worker.py, imported by its path (stdlib only at module level: the
+    helper validates a request with it before forking; its heavy imports run in the child)."""
+    import importlib.util
+
+    module = sys.modules.get("rocboard_lengths_worker")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("rocboard_lengths_worker", LENGTHS_WORKER)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {LENGTHS_WORKER}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["rocboard_lengths_worker"] = module
+    return module
+
+
+def _lengths_child(write_fd: int, module, request: dict[str, Any]) -> None:
+    """In the forked child: lengths_worker.measure(request), answer written to `write_fd`."""
+    code = 0
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # libraries print; the answer goes through the pipe
+        _close_fds_from(3, keep=(write_fd, 2))
+        module.quiet_environment()
+        answer = module.measure(request)
+        code = 0 if answer.get("ok") else 1
+        data = (json.dumps(answer) + "\n").encode("utf-8")
+    except BaseException as exc:  # noqa: BLE001 - an answer either way
+        data = (json.dumps({"ok": False, "error": {"kind": "internal", "type": type(exc).__name__, "message": str(exc)[:2000]}}) + "\n").encode("utf-8")
+        code = 1
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    finally:
+        os._exit(code)
+
+
 class Zygote:
     def __init__(self, parser, known: set[str], cuda_initialized: bool):
         self.parser = parser
@@ -251,6 +299,8 @@ class Zygote:
             self.start_check(rid, request.get("configs"))
         elif op == "train":
             self.start_train(rid, request.get("run_dir"), request.get("env"))
+        elif op == "lengths":
+            self.start_lengths(rid, request)
         elif op == "ping":
             _send({"id": rid, "pong": True, "trainers": sorted(self.trainers)})
         else:
@@ -268,6 +318,30 @@ class Zygote:
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         self.checks[pid] = [rid, read_fd, b"", time.monotonic() + CHECK_CHILD_TIMEOUT_S]
+
+    def start_lengths(self, rid: int, request: dict[str, Any]) -> None:
+        timeout_s = request.get("timeout_s", CHECK_CHILD_TIMEOUT_S)
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 1 <= timeout_s <= LENGTHS_MAX_TIMEOUT_S:
+            _send({"id": rid, "error": f"timeout_s must be a number in 1..{LENGTHS_MAX_TIMEOUT_S:g}"})
+            return
+        try:
+            module = _lengths_module()
+        except Exception as exc:  # noqa: BLE001 - refused, with the reason
+            _send({"id": rid, "error": f"lengths worker unavailable: {type(exc).__name__}: {str(exc)[:300]}"})
+            return
+        fields = {name: request[name] for name in ("model_path", "template", "dataset_dir", "dataset", "stage", "max_examples") if name in request}
+        clean, why = module.validate_request(fields)
+        if clean is None:
+            _send({"id": rid, "error": f"bad lengths request: {why}"})
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            _lengths_child(write_fd, module, clean)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self.checks[pid] = [rid, read_fd, b"", time.monotonic() + float(timeout_s)]
 
     def start_train(self, rid: int, run_dir: Any, env: Any) -> None:
         if self.cuda_initialized:
