@@ -69,6 +69,7 @@ LOSS_NAMES = {
     "step": translate("chart.step"),
     "accuracy": translate("chart.reward_accuracy"),
     "reward": translate("chart.reward"),
+    "eval_loss": translate("chart.eval_loss"),
 }
 # The preference stages' extra curves (MetricPoint attribute, colour, axis): drawn only when
 # the run logs them. Accuracy is a fraction: its own axis, 0..1, on the left over the loss's.
@@ -98,7 +99,8 @@ def loss_figure(
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
 ) -> dict:
-    """Raw and smoothed loss per step, with the learning rate on a second axis; a dpo run's
+    """Raw and smoothed loss per step, with the learning rate on a second axis and the eval loss
+    (when the run evaluates) as markers on the loss's axis; a dpo run's
     reward accuracy (and a ppo run's reward) on axes of their own when the run logs them.
     `points`: the run's MetricSeries (a redraw then costs O(drawn points)), a copy of its
     `chart()` (taken under the lock its owner extends it under), or a list of points.
@@ -135,6 +137,21 @@ def loss_figure(
             "line": {"color": "rgba(80,80,80,0.6)", "dash": "dot"},
         },
     ]
+    evaluated = curves.get("eval_loss") or []
+    if evaluated:
+        # The loss on the held-out data, on the loss's axis: a point per evaluation, as markers
+        # joined by a line (never smoothed: there are few, each the mean over the whole eval set).
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": names["eval_loss"],
+                "x": [e[1] for e in evaluated],
+                "y": [_json_number(e[2]) for e in evaluated],
+                "line": {"color": "rgb(255,127,14)", "width": 1.5, "dash": "dash"},
+                "marker": {"size": 8, "symbol": "diamond"},
+            }
+        )
     layout = {
         **LIGHT_LAYOUT,
         "title": {"text": title},

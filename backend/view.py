@@ -288,6 +288,7 @@ def loss_chart_names(locale: str = "en") -> dict[str, str]:
         "step": t("chart.step", locale),
         "accuracy": t("chart.reward_accuracy", locale),
         "reward": t("chart.reward", locale),
+        "eval_loss": t("chart.eval_loss", locale),
     }
 
 

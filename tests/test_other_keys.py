@@ -73,10 +73,13 @@ def test_good_keys_pass_bad_ones_are_named_and_a_start_is_refused() -> None:
 
 
 def test_other_keys_may_set_rocboards_defaults_but_never_where_the_run_writes() -> None:
-    config, findings = parse_form(form(other_keys="report_to: tensorboard\nplot_loss: false\n"))
+    # report_to is a field of its own (the experiment tracker): Other keys set the rest.
+    config, findings = parse_form(form(report_to="tensorboard", other_keys="plot_loss: false\n"))
     assert findings == []
     args = to_llamafactory_args(config, "/out")
     assert args["report_to"] == "tensorboard" and args["plot_loss"] is False
+    _, findings = parse_form(form(other_keys="report_to: tensorboard\n"))
+    assert [f.rule for f in findings] == ["other-key-in-form"]
 
 
 def test_an_import_keeps_every_key_llamafactory_knows(board) -> None:
@@ -199,10 +202,10 @@ def test_a_yaml_with_a_problem_does_not_start(board) -> None:
 def test_values_are_typed_as_llamafactory_types_them_and_checked_against_its_key_types() -> None:
     pairs, findings = parse_other_keys("simpo_gamma: 1e-4\nray_num_workers: 2\n")
     assert findings == [] and dict(pairs) == {"simpo_gamma": 1e-4, "ray_num_workers": 2}
-    pairs, findings = parse_other_keys("simpo_gamma: abc\nray_num_workers: 3.5\neval_strategy: sometimes\n")
+    pairs, findings = parse_other_keys("simpo_gamma: abc\nray_num_workers: 3.5\nsave_strategy: sometimes\n")
     assert pairs == ()
     assert sorted((f.key, f.rule) for f in findings) == [("other_keys", "other-key-type")] * 3
-    assert all(any(name in f.problem for name in ("simpo_gamma", "ray_num_workers", "eval_strategy")) for f in findings)
+    assert all(any(name in f.problem for name in ("simpo_gamma", "ray_num_workers", "save_strategy")) for f in findings)
 
 
 # One config of our own per kind of training YAML LLaMA-Factory 0.9.5 ships in examples/

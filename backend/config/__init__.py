@@ -127,10 +127,10 @@ def to_llamafactory_args(config: RunConfig, output_dir: str | Path) -> dict[str,
     for form_field in schema.run_fields():
         if form_field.yaml is not None:
             args.update(form_field.yaml.write(values[form_field.name], values))
-    # RocBoard's defaults: "Other keys" may set these (report_to: tensorboard, …).
+    # RocBoard's defaults: "Other keys" may set these (plot_loss: false, …). report_to is a
+    # form field of its own (schema.REPORT_TO).
     for key, value in (
         ("plot_loss", True),
-        ("report_to", "none"),
         # Lets LLaMA-Factory log tokens per second (the page shows it beside the ETA).
         ("include_num_input_tokens_seen", True),
     ):

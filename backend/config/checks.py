@@ -578,6 +578,126 @@ def _stage_entry(stage: str, name: str, entry: dict[str, Any], file: str) -> lis
     return []
 
 
+# --- holding data out for evaluation ----------------------------------------------------------
+# LLaMA-Factory splits `val_size` off the (merged) training data (llamafactory/data/data_utils.py
+# split_dataset): a float below 1 is a fraction, a number above 1 a count (`int(val_size)`);
+# exactly 1 is the fraction 1.0, which `train_test_split` refuses. transformers evaluates by
+# `eval_strategy`; without an eval set it raises at start ("Please make sure eval_dataset be
+# provided or val_size >1e-6", LLaMA-Factory's parser, once the model is loading).
+ROWS_COUNTED_MAX_BYTES = DATASET_PARSE_MAX_BYTES  # beyond, a dataset's rows are "unknown"
+
+
+def _other_key(ctx: _Context, name: str) -> Any:
+    return dict(ctx.config.value("other_keys") or ()).get(name)
+
+
+def rule_evaluation(ctx: _Context) -> list[Finding]:
+    val_size = ctx.config.value("val_size")
+    strategy = ctx.config.value("eval_strategy")
+    if not isinstance(val_size, (int, float)) or isinstance(val_size, bool) or not math.isfinite(val_size) or val_size < 0:
+        return []  # rule_number_ranges says so
+    eval_dataset = _other_key(ctx, "eval_dataset")
+    findings: list[Finding] = []
+    if val_size > 0 and eval_dataset:
+        findings.append(Finding.of("val_size", "val-size-and-eval-dataset", patch={"val_size": 0.0}, value=shown(val_size)))
+    if strategy in ("steps", "epoch") and val_size == 0 and not eval_dataset:
+        findings.append(Finding.of("eval_strategy", "eval-without-data", patch={"val_size": 0.1}, strategy=strategy))
+    if val_size > 0 and strategy == "no":
+        findings.append(Finding.of("eval_strategy", "val-size-not-evaluated", severity="warning", patch={"eval_strategy": "steps"}, value=shown(val_size)))
+    if val_size == 1:
+        findings.append(Finding.of("val_size", "val-size-one", patch={"val_size": 0.1}))
+    elif val_size > 1 and val_size != int(val_size):
+        findings.append(Finding.of("val_size", "val-size-count-whole", patch={"val_size": int(val_size)}, value=shown(val_size), count=int(val_size)))
+    if 0 < val_size < 1 and _other_key(ctx, "streaming") is True:
+        findings.append(Finding.of("val_size", "val-size-fraction-streaming", patch={"val_size": 100}, value=shown(val_size)))
+    if val_size >= 2 and val_size == int(val_size):
+        rows = _dataset_rows(ctx)
+        if rows is not None and int(val_size) >= rows:
+            findings.append(Finding.of("val_size", "val-size-beyond-rows", patch={"val_size": 0.1}, count=int(val_size), rows=rows))
+    return findings
+
+
+def _dataset_rows(ctx: _Context) -> int | None:
+    """The rows LLaMA-Factory trains on (each dataset's, capped by its num_samples and by
+    max_samples, added up), when every dataset is a local .json / .jsonl file small enough to
+    count; else None (unknown)."""
+    data = ctx.config.data
+    if not data.dataset_dir or not data.datasets or data.dataset_dir.startswith(REMOTE_PREFIX) or path_problem(data.dataset_dir):
+        return None
+    try:
+        directory = Path(data.dataset_dir).expanduser()
+        info_path = directory / DATASET_INFO
+        if not info_path.is_file():
+            return None
+        info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+        if error or not isinstance(info, dict):
+            return None
+        total = 0
+        for name in data.datasets:
+            entry = info.get(name)
+            file_name = entry.get("file_name") if isinstance(entry, dict) else None
+            if not isinstance(file_name, str) or not file_name:
+                return None
+            path = directory / file_name
+            if not path.is_file():
+                return None
+            rows = _row_count(str(path), *_stamp(path))
+            if rows is None:
+                return None
+            for cap in (entry.get("num_samples"), data.max_samples):
+                if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+                    rows = min(rows, cap)
+            total += rows
+        return total
+    except (OSError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=64)
+def _row_count(path: str, mtime_ns: int, size: int) -> int | None:
+    """Records in a .json list or the non-blank lines of a .jsonl file; None when unknown
+    (another kind, too large to count on every form change, unreadable)."""
+    if size > ROWS_COUNTED_MAX_BYTES or size < 0:
+        return None
+    suffix = Path(path).suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            with open(path, "rb") as handle:
+                return sum(1 for line in handle if line.strip())
+        if suffix == ".json":
+            with open(path, encoding="utf-8") as handle:
+                records = json.load(handle)
+            return len(records) if isinstance(records, list) else None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return None
+
+
+# --- experiment trackers -----------------------------------------------------------------------
+# report_to -> the packages transformers' callback imports (schema.TRACKER_PACKAGES), looked up
+# with find_spec: importing wandb or mlflow costs seconds and the web process runs checks often.
+TRACKER_PACKAGES = schema.TRACKER_PACKAGES
+# Trackers that would upload to a server with an API key: a child never gets one
+# (backend/security/child_env.py TRACKER_OFFLINE_ENV runs them offline), so a warning says where
+# the logs are and how to upload them.
+OFFLINE_TRACKERS: dict[str, str] = {"wandb": "wandb sync wandb/offline-run-*", "swanlab": "swanlab sync swanlog/run-*"}
+
+
+def tracker_installed(tracker: str) -> bool:
+    return any(importlib.util.find_spec(package) is not None for package in TRACKER_PACKAGES.get(tracker, ()))
+
+
+def rule_report_to(ctx: _Context) -> list[Finding]:
+    tracker = ctx.config.value("report_to")
+    if tracker not in TRACKER_PACKAGES:
+        return []
+    if not tracker_installed(tracker):
+        return [Finding.of("report_to", "report-to-not-installed", patch={"report_to": "none"}, tracker=tracker, package=TRACKER_PACKAGES[tracker][0])]
+    if tracker in OFFLINE_TRACKERS:
+        return [Finding.of("report_to", "report-to-offline", severity="warning", tracker=tracker, sync=OFFLINE_TRACKERS[tracker])]
+    return []
+
+
 # --- precision, attention, quantization -------------------------------------------------------
 
 
@@ -648,6 +768,8 @@ RULES: tuple[Rule, ...] = (
     rule_stage_dataset,
     rule_number_ranges,
     rule_steps_and_epochs,
+    rule_evaluation,
+    rule_report_to,
     rule_cutoff,
     rule_precision_on_preset,
     rule_flash_attn,
@@ -694,4 +816,4 @@ def check_output_dir(runs_dir: Path) -> list[Finding]:
     return []
 
 
-__all__ = ["RULES", "bitsandbytes_installed", "check_config", "check_output_dir", "known_templates"]
+__all__ = ["RULES", "TRACKER_PACKAGES", "bitsandbytes_installed", "check_config", "check_output_dir", "known_templates", "tracker_installed"]

@@ -201,6 +201,87 @@ MAX_SAMPLES = YamlCodec(
 )
 
 
+# --- holding data out for evaluation, and the experiment trackers ------------------------------
+# LLaMA-Factory's `val_size` (llamafactory/data/data_utils.py split_dataset): a float in (0, 1) is
+# the fraction of the dataset held out, a number above 1 a count of examples (`int(val_size)`);
+# 0 = no split. The form's 0 writes no key (LLaMA-Factory's own default).
+def _write_val_size(value: Any, _: Mapping[str, Any]) -> dict[str, Any]:
+    if not value:
+        return {}
+    return {"val_size": int(value) if value >= 1 and value == int(value) else value}
+
+
+VAL_SIZE = YamlCodec(
+    ("val_size",),
+    _write_val_size,
+    lambda args: args.get("val_size", ABSENT),
+    lambda value: {"val_size": value or None},
+)
+EVAL_STRATEGIES: tuple[str, ...] = ("no", "steps", "epoch")
+
+
+def _evaluates(values: Mapping[str, Any]) -> bool:
+    return values.get("eval_strategy") in ("steps", "epoch")
+
+
+# "no" (transformers' default) writes no key. The form's default stays "no" even when val_size
+# > 0: the YAML says exactly what the form says, and checks.py rule_evaluation warns (with a
+# one-click patch to "steps") when data is held out and nothing evaluates it.
+EVAL_STRATEGY = YamlCodec(
+    ("eval_strategy",),
+    lambda value, _: {"eval_strategy": value} if value != "no" else {},
+    lambda args: args.get("eval_strategy", ABSENT),
+    lambda value: {"eval_strategy": None if value == "no" else value},
+)
+# Written only when the run evaluates every N steps.
+EVAL_STEPS = YamlCodec(
+    ("eval_steps",),
+    lambda value, values: {"eval_steps": value} if values.get("eval_strategy") == "steps" else {},
+    lambda args: args.get("eval_steps", ABSENT),
+    lambda value: {"eval_steps": value},
+)
+# 0 = the training batch size (evaluation keeps no gradients or optimizer state, so what fits
+# for training fits for evaluation); written only when the run evaluates.
+EVAL_BATCH_SIZE = YamlCodec(
+    ("per_device_eval_batch_size",),
+    lambda value, values: {"per_device_eval_batch_size": value or values.get("batch_size") or 1} if _evaluates(values) else {},
+    lambda args: args.get("per_device_eval_batch_size", ABSENT),
+    lambda value: {"per_device_eval_batch_size": value or None},
+)
+# transformers' `report_to` (LLaMA-Factory passes it on): one tracker, or none. Each writes its
+# logs under the run directory (the trainer's working directory: ./wandb, ./swanlog, ./mlruns;
+# TensorBoard under output_dir/runs). No tracker is given a secret (backend/security/child_env.py
+# never passes an API key to a child): wandb and SwanLab run offline (child_env's
+# TRACKER_OFFLINE_ENV), their logs synced later with `wandb sync` / `swanlab sync`.
+TRACKERS: tuple[str, ...] = ("none", "tensorboard", "wandb", "mlflow", "swanlab")
+# Each tracker's packages, any one of which transformers' callback imports (the checks and the
+# doctor look them up with importlib.util.find_spec, never importing them).
+TRACKER_PACKAGES: dict[str, tuple[str, ...]] = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
+    "swanlab": ("swanlab",),
+}
+TRACKERS_LLAMAFACTORY_ONLY: tuple[str, ...] = ("all", "trackio", "comet_ml", "clearml", "neptune", "dvclive", "azure_ml", "codecarbon", "dagshub", "flyte")
+
+
+def _read_report_to(args: Mapping[str, Any]) -> Any:
+    value = args.get("report_to", ABSENT)
+    if isinstance(value, list) and len(value) == 1:
+        return value[0]  # `report_to: [wandb]`
+    if isinstance(value, list) and not value:
+        return "none"
+    return "none" if value is None else value
+
+
+REPORT_TO = YamlCodec(
+    ("report_to",),
+    lambda value, _: {"report_to": value},  # always written: "none" switches transformers' "all" off
+    _read_report_to,
+    lambda value: {"report_to": value},
+)
+
+
 # Keys a run's YAML always gets from RocBoard (where it runs, that it trains, the launch plan's
 # timeout): never from "Other keys", never from an import.
 # trust_remote_code too: a model folder's own Python code is never run (docs/security.md).
@@ -208,7 +289,7 @@ ROCBOARD_OWNED_KEYS = frozenset({"do_train", "output_dir", "overwrite_output_dir
 OTHER_KEYS_MAX = 256  # more keys than LLaMA-Factory has
 # What RocBoard writes when Other keys does not say otherwise (backend/config/__init__.py
 # to_llamafactory_args): an import that says the same keeps nothing in Other keys for them.
-ROCBOARD_DEFAULTS: dict[str, Any] = {"stage": "sft", "plot_loss": True, "report_to": "none", "include_num_input_tokens_seen": True, "quantization_method": "bnb"}
+ROCBOARD_DEFAULTS: dict[str, Any] = {"stage": "sft", "plot_loss": True, "include_num_input_tokens_seen": True, "quantization_method": "bnb"}
 
 
 def _read_other_keys(args: Mapping[str, Any]) -> Any:
@@ -330,6 +411,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("template", "text", "llama3", "template", path="model.template", max_chars=64),
     Field("dataset_dir", "text", "", "dataset_dir", path="data.dataset_dir", max_chars=4096, row="data"),
     Field("dataset", "datasets", "", "dataset", codec=plain("dataset", lists_joined=True), path="data.datasets", max_chars=4096, row="data"),
+    # Held out for evaluation: a fraction in [0, 1) or a count of examples >= 2 (checks.py rule_val_size).
+    Field("val_size", "float", 0.0, "val_size", codec=VAL_SIZE, range=NumberRange(0, _BIG, 0.1, rule="val-size-range"), widget="number", row="data"),
     # What is trained: pre-training on text, supervised fine-tuning, a reward model, or a preference
     # method (DPO, KTO). The pref_* fields below are written only for dpo / kto.
     Field("stage", "choice", "sft", "stage", path="method.stage", choices=STAGES, llamafactory_choices=STAGES_LLAMAFACTORY_ONLY, widget="radio", section="method"),
@@ -370,6 +453,11 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
     # the run-name rule asks for 64; a longer one still gets that rule's fix
     Field("run_name", "text", "", "run_name", codec=plain("run_name", written=False), path="run_name", section="training", row="steps"),
+    # Evaluation on the held-out data (val_size): when, how often, and how many examples at once.
+    Field("eval_strategy", "choice", "no", "eval_strategy", codec=EVAL_STRATEGY, choices=EVAL_STRATEGIES, widget="dropdown", section="training", row="eval"),
+    Field("eval_steps", "int", 50, "eval_steps", codec=EVAL_STEPS, range=NumberRange(1, _BIG, 50, rule="eval-steps-range"), widget="integer", section="training", row="eval"),
+    Field("per_device_eval_batch_size", "int", 0, "per_device_eval_batch_size", codec=EVAL_BATCH_SIZE, range=NumberRange(0, 1024, 0, rule="eval-batch-size-range"), widget="integer", section="training", row="eval"),
+    Field("report_to", "choice", "none", "report_to", codec=REPORT_TO, choices=TRACKERS, llamafactory_choices=TRACKERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="eval"),
     # Every other LLaMA-Factory key, as YAML lines: checked against LLaMA-Factory's own list and
     # written to the run's YAML after the form's keys. An import keeps here what the form lacks.
     Field("other_keys", "other_keys", "", codec=OTHER_KEYS, max_chars=65_536, widget="lines", section="other_keys"),
@@ -484,6 +572,7 @@ __all__ = [
     "DEFAULT_DDP_TIMEOUT_S",
     "DEFAULT_MASTER_PORT",
     "DEFAULT_RCCL_ENV",
+    "EVAL_STRATEGIES",
     "FINETUNING_TYPES",
     "FLASH_ATTN_CHOICES",
     "LR_SCHEDULERS",
@@ -499,6 +588,8 @@ __all__ = [
     "RUN_FIELDS",
     "STRATEGIES",
     "STRATEGY_LABELS",
+    "TRACKERS",
+    "TRACKER_PACKAGES",
     "YamlCodec",
     "element_ids",
     "field",

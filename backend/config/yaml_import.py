@@ -48,7 +48,7 @@ PRECISION_KEYS = schema.PRECISION_KEYS
 # what is trained: importing them loses nothing.
 WRITTEN_BY_ROCBOARD = frozenset(
     {
-        "do_train", "output_dir", "plot_loss", "overwrite_output_dir", "report_to",
+        "do_train", "output_dir", "plot_loss", "overwrite_output_dir",
         "quantization_method", "trust_remote_code",
         "use_cpu", "overwrite_cache", "preprocessing_num_workers", "dataloader_num_workers",
         "logging_dir", "save_total_limit", "save_only_model", "ddp_timeout", "resume_from_checkpoint",

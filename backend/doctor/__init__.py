@@ -15,6 +15,7 @@ chart); "problem" (a run would break). A check that only matters on the GPU says
 from __future__ import annotations
 
 import grp
+import importlib.util
 import json
 import os
 import pwd
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from backend.config.schema import TRACKER_PACKAGES
 from backend.security.child_env import child_env
 from backend.doctor.probe import MARKER, installed_version
 from backend.i18n import Joined
@@ -126,6 +128,10 @@ class MachineFacts:
     libraries: tuple[LibraryFact, ...]  # bitsandbytes, flash_attn, deepspeed, liger-kernel
     llamafactory_cli: str | None  # path of the executable
     versions: Mapping[str, str | None] = field(default_factory=dict)  # distribution -> version
+    # report_to's trackers (backend/config/schema.py TRACKER_PACKAGES) -> the installed package
+    # and its version ("tensorboard 2.20.0"), None when none of its packages is found; found with
+    # importlib.util.find_spec, never imported. Empty: not gathered (every tracker missing).
+    trackers: Mapping[str, str | None] = field(default_factory=dict)
 
 
 # --- small rules ------------------------------------------------------------------------
@@ -461,6 +467,18 @@ def check_llamafactory(facts: MachineFacts) -> Check:
     return Check(name, "ok", M("doctor.lf.ok", cli=facts.llamafactory_cli, versions=versions))
 
 
+def check_trackers(facts: MachineFacts) -> Check:
+    """Which experiment trackers the form's report_to can use: optional, never a problem."""
+    name = M("doctor.name.trackers")
+    found = [facts.trackers[t] for t in TRACKER_PACKAGES if facts.trackers.get(t)]
+    missing = [t for t in TRACKER_PACKAGES if not facts.trackers.get(t)]
+    if not found:
+        return Check(name, "ok", M("doctor.trackers.none", missing=", ".join(missing)), M("doctor.trackers.fix_install"), "any")
+    if not missing:
+        return Check(name, "ok", M("doctor.trackers.all", installed=", ".join(found)), "", "any")
+    return Check(name, "ok", M("doctor.trackers.some", installed=", ".join(found), missing=", ".join(missing)), "", "any")
+
+
 CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
     check_torch_build,
     check_gpus_visible,
@@ -475,6 +493,7 @@ CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
     check_deepspeed,
     check_liger_kernel,
     check_llamafactory,
+    check_trackers,
 )
 
 
@@ -644,11 +663,32 @@ def gather_facts(
         ),
         llamafactory_cli=find_llamafactory_cli(),
         versions={name: installed_version(name) for name in VERSIONS_OF_INTEREST},
+        trackers=find_trackers(),
     )
+
+
+def find_trackers(find_spec: Callable[[str], Any] = importlib.util.find_spec) -> dict[str, str | None]:
+    """Each tracker -> "package version" of its first installed package, or None. find_spec
+    looks the module up on sys.path without running it; the version is the distribution's
+    metadata."""
+    found: dict[str, str | None] = {}
+    for tracker, packages in TRACKER_PACKAGES.items():
+        found[tracker] = None
+        for package in packages:
+            try:
+                spec = find_spec(package)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is not None:
+                version = installed_version(package)
+                found[tracker] = f"{package} {version}" if version else package
+                break
+    return found
 
 
 def facts_to_json(facts: MachineFacts) -> dict[str, Any]:
     data = asdict(facts)
     data["env"] = dict(facts.env)
     data["versions"] = dict(facts.versions)
+    data["trackers"] = dict(facts.trackers)
     return data

@@ -263,6 +263,10 @@ class MetricPoint:
     # beats the rejected one's), `reward` the mean reward ppo logs. Absent for pt / sft / kto / rm.
     accuracy: float | None = None
     reward: float | None = None
+    # The loss on the held-out data (val_size / eval_dataset): LLaMA-Factory writes an evaluation
+    # as a line of its own at the step it evaluated, with `eval_loss` and no `loss` (after the
+    # training line of that step, when the step logged one too).
+    eval_loss: float | None = None
 
 
 def _number(value: Any) -> float | None:
@@ -294,6 +298,7 @@ def parse_metric(record: dict[str, Any]) -> MetricPoint | None:
         total_tokens=tokens if isinstance(tokens, int) else None,
         accuracy=_number(record.get("accuracy")),
         reward=_number(record.get("reward")),
+        eval_loss=_number(record.get("eval_loss")),
     )
 
 
@@ -462,8 +467,12 @@ def ema(values: list[float], weight: float = SMOOTHING) -> list[float]:
 
 
 # The curves a loss chart draws: MetricPoint attribute and whether a bucket keeps its extremes
-# (the learning rate follows its schedule: its first point per bucket is enough).
-CURVES: tuple[tuple[str, bool], ...] = (("loss", True), ("lr", False), ("accuracy", True), ("reward", True))
+# (the learning rate follows its schedule: its first point per bucket is enough). The eval loss
+# is a curve of its own (its few points drawn as markers, never smoothed).
+CURVES: tuple[tuple[str, bool], ...] = (("loss", True), ("lr", False), ("accuracy", True), ("reward", True), ("eval_loss", True))
+# The values a line without a training loss (an evaluation, the closing line) takes from the
+# line before it at the same step, where it has none of its own.
+_CARRIED = ("loss", "lr", "accuracy", "reward", "eval_loss")
 
 
 def drawn_curves(points: "list[MetricPoint] | tuple[MetricPoint, ...]", max_points: int = DISPLAY_POINTS, weight: float = SMOOTHING) -> dict[str, DrawnCurve]:
@@ -524,15 +533,10 @@ class MetricSeries:
         changed = False
         for point in new_points:
             last = self.latest
-            # LLaMA-Factory's closing line repeats the last step without a loss: keep the loss.
-            if last is not None and point.step == last.step and point.loss is None and last.loss is not None:
-                point = replace(
-                    point,
-                    loss=last.loss,
-                    lr=point.lr if point.lr is not None else last.lr,
-                    accuracy=point.accuracy if point.accuracy is not None else last.accuracy,
-                    reward=point.reward if point.reward is not None else last.reward,
-                )
+            # LLaMA-Factory's closing line, and an evaluation's line, repeat the step of the line
+            # before without a loss: one point per step, which keeps the loss (and the eval loss).
+            if last is not None and point.step == last.step and point.loss is None:
+                point = replace(point, **{name: getattr(last, name) for name in _CARRIED if getattr(point, name) is None})
             if self.points and self.points[-1].step >= point.step:
                 self._go_back(point.step)
             self._append(point)

@@ -154,6 +154,12 @@ INHERITED_PREFIXES: tuple[str, ...] = (
 SECRET_ENDINGS: tuple[str, ...] = ("TOKEN", "TOKENS", "KEY", "KEYS", "COOKIE", "COOKIES")  # a word ending so
 SECRET_PARTS: tuple[str, ...] = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE")  # anywhere in a word
 SECRET_WORDS: frozenset[str] = frozenset({"PASS", "AUTH", "PAT"})  # a whole word (not BYPASS, OAUTHLIB)
+# The experiment trackers a run may report to (the form's report_to) that would otherwise reach
+# for a server and an API key: RocBoard never passes a key to a child (is_secret_name), so they
+# run offline, logging under the trainer's working directory (the run directory: ./wandb,
+# ./swanlog); `wandb sync` / `swanlab sync` upload a run later from a logged-in shell. Set for
+# every child (only those libraries read them), at the lowest priority.
+TRACKER_OFFLINE_ENV: dict[str, str] = {"WANDB_MODE": "offline", "SWANLAB_MODE": "offline"}
 # Never reach a child, whatever lists above say: the web page's login.
 NEVER_INHERITED: frozenset[str] = frozenset({"ROCBOARD_AUTH", "ROCBOARD_AUTH_FILE"})
 
@@ -280,13 +286,15 @@ def child_env(
 ) -> dict[str, str]:
     """A child's whole environment, lowest priority first:
 
+    - TRACKER_OFFLINE_ENV (wandb and SwanLab offline: no child holds their API keys),
     - the allow-listed part of `base` (default: this process's environment),
     - `settings`, a user's NAME=value pairs: those `env_refusal` refuses are dropped (the
       places users write them report the refusal as a finding first),
     - `own`, what RocBoard itself sets (PATH with the venv first, the offline switches, the
       plan's MASTER_ADDR...), taken as given: it never comes from a user's text. A secret
       name is dropped even there."""
-    env = inherited_env(base)
+    env = dict(TRACKER_OFFLINE_ENV)
+    env.update(inherited_env(base))
     pairs = settings.items() if isinstance(settings, Mapping) else settings
     env.update(allowed_settings(pairs))
     env.update((name, value) for name, value in (own or {}).items() if not is_secret_name(name))
@@ -300,6 +308,7 @@ __all__ = [
     "MAX_VALUE_LENGTH",
     "SETTABLE_NAMES",
     "SETTABLE_PREFIXES",
+    "TRACKER_OFFLINE_ENV",
     "Refusal",
     "allowed_settings",
     "child_env",
