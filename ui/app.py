@@ -7,6 +7,7 @@ import gradio as gr
 from backend import view
 from backend.i18n import pick_locale
 from backend.service import RocBoard
+from ui.data_tab import DATA_CSS, build_data_tab
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
 from ui.live import live_script
@@ -20,7 +21,7 @@ TRAIN_TAB_ID = "train"
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
     with gr.Blocks(
-        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
+        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
     ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
@@ -33,6 +34,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with texts.label(gr.Tab(texts("tab.train"), id=TRAIN_TAB_ID, elem_id="tab-train"), "tab.train"):
                 train = build_train_tab(board, texts, locale_state)
+            with texts.label(gr.Tab(texts("tab.data"), id="data", elem_id="tab-data"), "tab.data") as data_tab:
+                data = build_data_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.runs"), id="runs", elem_id="tab-runs"), "tab.runs") as runs_tab:
                 refresh_runs, runs_outputs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
@@ -41,6 +44,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 build_doctor_tab(board, texts, locale_state, language)
         # The table was filled when the page was built: each visit shows the runs on disk now.
         runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
+        # Datasets added by another tab (or the command line) are offered on each visit.
+        data_tab.select(data["refresh"], None, data["registered"], show_progress="hidden")
         strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str, mode: dict):

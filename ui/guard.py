@@ -44,8 +44,15 @@ WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 MIB = 1024 * 1024
 # The page's JSON calls (a pasted YAML is at most 256 kB, JSON-escaped a few times that).
 BODY_CAP = 4 * MIB
-# One file of at most 1 MiB (Gradio's own per-file limit) plus the multipart framing.
+# One file of at most 1 MiB plus the multipart framing; serve raises it with --max-upload-mb
+# (upload_body_cap): Gradio's own max_file_size is the per-file limit.
 UPLOAD_BODY_CAP = 2 * MIB
+
+
+def upload_body_cap(max_file_bytes: int) -> int:
+    """The largest upload body for files of at most `max_file_bytes`: the file plus 1 MiB of
+    multipart framing (headers, boundary)."""
+    return max(UPLOAD_BODY_CAP, max_file_bytes + MIB)
 UPLOAD_PATH = "/gradio_api/upload"
 LOGIN_PATHS = frozenset({"/login", "/login/"})
 

@@ -3,7 +3,6 @@ its fix, apply the fixes, load it into the form; export the form as YAML + shell
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -42,7 +41,9 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
     def on_upload(path: str | None, preset_id: str, locale: str):
         if not path:
             return gr.skip(), gr.skip()
-        data = Path(path).read_bytes()[: MAX_UPLOAD_BYTES + 1]
+        # Uploads may be as big as a dataset (--max-upload-mb): read no more than a YAML may be.
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_UPLOAD_BYTES + 1)
         text = data.decode("utf-8", errors="replace")
         return text, findings_text(board.import_yaml(text, preset_id), locale)
 

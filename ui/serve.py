@@ -39,6 +39,13 @@ def quiet_queue(page: object) -> None:
         queue.progress_update_sleep_when_free = QUEUE_PROGRESS_POLL_S
 
 
+# A dataset of a few hundred MB is common; bigger ones live on the machine already and are
+# registered by path (nothing is copied). The limit bounds Gradio's upload cache, not memory:
+# uploads stream to disk and are read in chunks (backend/data/dataset_file.py).
+DEFAULT_MAX_UPLOAD_MB = 512
+MAX_UPLOAD_MB_LIMIT = 64 * 1024
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="app.py", description="Serve the RocBoard page.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -61,8 +68,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="no long-lived LLaMA-Factory helper: every check and every trainer imports torch anew "
         "(also ROCBOARD_WARM_START=0; see docs/architecture.md)",
     )
+    parser.add_argument(
+        "--max-upload-mb",
+        type=int,
+        default=DEFAULT_MAX_UPLOAD_MB,
+        metavar="MB",
+        help=f"the largest file the page accepts, a dataset above all (default {DEFAULT_MAX_UPLOAD_MB}; "
+        "a bigger dataset can be given as a path on this machine instead)",
+    )
+    parser.add_argument(
+        "--data-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder whose files the page may register as datasets by path; repeatable "
+        "(default: your home folder and the folder the app started in)",
+    )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 1 <= args.max_upload_mb <= MAX_UPLOAD_MB_LIMIT:
+        parser.error(f"--max-upload-mb takes 1 to {MAX_UPLOAD_MB_LIMIT}; got {args.max_upload_mb}")
+    return args
 
 
 # --- the app's own folders -----------------------------------------------------------------------
@@ -201,14 +227,24 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     from backend.service import RocBoard
     from backend.telemetry.sampler import Sampler
     from ui.app import build_ui
-    from ui.guard import EdgePolicy, Guard, UploadQuota, allowed_host_names, is_wildcard_bind, normalize_host_name
+    from ui.guard import MIB, EdgePolicy, Guard, UploadQuota, allowed_host_names, is_wildcard_bind, normalize_host_name, upload_body_cap
     from ui.live import LiveRoutes
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
     # The LLaMA-Factory helper (imports torch once; checks and trainers fork from it), unless
     # --no-warm-start (RocBoard.start_helper also heeds ROCBOARD_WARM_START=0).
-    board = RocBoard(Path(args.runs_dir), sampler=sampler, export_dir=dirs.exports, warm_helper=not args.no_warm_start)
+    from backend.service.data_desk import default_data_roots
+
+    data_roots = [Path(root) for root in args.data_root] or default_data_roots()
+    board = RocBoard(
+        Path(args.runs_dir),
+        sampler=sampler,
+        export_dir=dirs.exports,
+        warm_helper=not args.no_warm_start,
+        data_roots=data_roots,
+        max_upload_bytes=args.max_upload_mb * MIB,
+    )
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)
@@ -218,14 +254,18 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     page = build_ui(board)
     page.queue(default_concurrency_limit=4)
     quiet_queue(page)
+    max_upload = args.max_upload_mb * MIB
     policy = EdgePolicy(
         host_names=allowed_host_names(args.host, listed, own_host_names() if is_wildcard_bind(args.host) else ()),
         listed_names=frozenset(listed),
         login_required=credentials is not None,
+        upload_body_cap=upload_body_cap(max_upload),
     )
     guard = Guard(
         policy,
-        uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging),
+        # Room for two uploads of the largest size at once (a dataset being added while
+        # another is previewed) and never less than the small files' old quota.
+        uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging, max_bytes=max(32 * MIB, 2 * max_upload)),
         own_routes=lambda gradio_app: LiveRoutes(gradio_app, board),
     )
 
@@ -241,7 +281,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         share=args.share,
         show_api=False,
         inbrowser=False,
-        max_file_size="1mb",
+        max_file_size=max_upload,
         show_error=True,
         prevent_thread_lock=True,
         # The download copies (adapter zips, exported YAML) are the only files of ours the

@@ -139,8 +139,19 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             mode_box = gr.Markdown("", elem_id="form-mode")
             notice_box = gr.Markdown("", elem_id="form-notice")
             notes = lambda: shown.setdefault("notes", gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes"))  # noqa: E731
-            fields = build_form_fields(texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes}, interactive=False)
+            # The datasets added on the Data tab, one pick away (it fills the folder and name).
+            pick = lambda: shown.setdefault(  # noqa: E731
+                "pick",
+                texts.label(
+                    gr.Dropdown(board.data.names(), value=None, label=texts("datatab.pick"), interactive=False, elem_id="dataset-pick"),
+                    "datatab.pick",
+                ),
+            )
+            fields = build_form_fields(
+                texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes, "dataset": pick}, interactive=False
+            )
             preset_notes = shown["notes"]
+            dataset_pick = shown["pick"]
             estimate_box = gr.Markdown("", elem_id="estimate")
             findings_box = gr.Markdown("", elem_id="findings")
             doctor_box = gr.Markdown(board.doctor_blockers_markdown(defaults["preset"]), elem_id="doctor-blockers")
@@ -253,7 +264,11 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         return show(board.run_view(run_id, locale, drawn.get("version")), editing_of(mode_value), locale, drawn.get("sent"))
 
     # --- what the form shows: a run's settings (read-only) or a new run's (editable) ------
-    open_outputs = [watched_run, mode, mode_box, notice_box, new_run_button, *form_inputs, *run_outputs]
+    open_outputs = [watched_run, mode, mode_box, notice_box, new_run_button, dataset_pick, *form_inputs, *run_outputs]
+
+    def pick_update(editing: bool) -> Any:
+        # The list is read from disk each time a form opens: datasets added since are there.
+        return gr.update(choices=board.data.names(), value=None, interactive=editing)
 
     def open_run(run_id: str | None, locale: str = "en") -> list[Any]:
         """The page shows `run_id`: its charts, and its settings in the form, read-only. With
@@ -271,6 +286,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             view.form_mode_markdown(new_mode["editing"], new_mode["run_id"], locale),
             "",
             gr.update(visible=not new_mode["editing"]),
+            pick_update(new_mode["editing"]),
             *fields_updates,
             *render(run_id, None, locale, new_mode),
         ]
@@ -287,11 +303,20 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             view.form_mode_markdown(True, new_mode["run_id"], locale),
             notice,
             gr.update(visible=False),
+            pick_update(True),
             *fields_updates,
             *render(run_id, None, locale, new_mode),
         ]
 
     new_run_button.click(lambda run_id, locale: edit_form(None, run_id, locale), [watched_run, locale_state], open_outputs, show_progress="hidden")
+
+    def on_pick(name: str | None, stage: str):
+        if not name:
+            return [gr.skip()] * len(ALL_FIELDS)
+        values = board.data.form_values(name, str(stage or "sft"))
+        return [gr.update(value=values[field]) if field in values else gr.skip() for field in ALL_FIELDS]
+
+    dataset_pick.input(on_pick, [dataset_pick, fields["stage"]], form_inputs, show_progress="hidden")
 
     def on_preset(preset_id: str):
         values = board.form_for_preset(preset_id)

@@ -10,6 +10,7 @@ A thin front over parts with one job each, composed once per app (not per browse
   NaN, build the adapter zip), whether or not a tab is open.
 - `DoctorCache` (doctor_cache.py): the machine's checks, gathered once.
 - `RunView` (run_view.py): the run panel's contents, typed, for the page to show.
+- `DataDesk` (data_desk.py): the user's datasets: read a file, register it, measure it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from backend.runs import artifacts
 
@@ -32,6 +33,7 @@ from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
 from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore
 
 RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
+from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, default_data_roots
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
 from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
@@ -67,9 +69,13 @@ class RocBoard:
         export_dir: Path | None = None,
         lf_cache: LlamaFactoryCheckCache | None = None,
         warm_helper: bool = False,
+        data_roots: "Sequence[Path] | None" = None,
+        max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
+        # The user's datasets: a folder of RocBoard's own under the runs directory.
+        self.data = DataDesk(self.store.root, data_roots if data_roots is not None else default_data_roots(), max_upload_bytes)
         # Downloads are served from a copy in the system temp dir: Gradio serves files the
         # app returns from there, and nothing else of the runs directory is ever exposed.
         self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="rocboard-exports-"))

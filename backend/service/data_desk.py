@@ -1,0 +1,281 @@
+"""The user's own datasets, as the page sees them: read a file (an upload or a path on this
+machine), show what is in it, register it, and measure it with the model's tokenizer.
+
+`DatasetRegistry` (backend/data/registry.py) owns the folder and its `dataset_info.json`;
+`inspect_dataset` (backend/data/dataset_file.py) reads a file in bounded time and memory;
+`measure_lengths` (backend/data/lengths.py) asks a helper process (the web process never
+imports transformers). This module turns their typed answers into what the page shows, in
+the page's language: every text from the catalogue, every user string escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from backend.data.dataset_file import LAYOUTS, ColumnMapping, Inspection, roles_of
+from backend.data.registry import DatasetRegistry
+from backend.findings import Finding
+from backend.i18n import translate as t
+from backend.view import code_span, escape_markdown, findings_markdown
+
+NAME_MAX = 64
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+# What a histogram of lengths is drawn from: at most this many examples are tokenized.
+MEASURED_EXAMPLES_MAX = 2000
+EXAMPLE_SHOWN_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class DataPreview:
+    """What the page shows of one file before (or after) it is registered."""
+
+    findings: str  # Markdown: the problems and warnings, each with its fix
+    summary: str  # Markdown: the file, its rows, its layout, each column's emptiness
+    headers: list[str]
+    rows: list[list[str]]
+    usable: bool
+    mapping: ColumnMapping | None
+    columns: tuple[str, ...]
+    suggested_name: str
+
+
+@dataclass(frozen=True)
+class DataAdded:
+    name: str | None  # registered under this name; None: refused (see message)
+    message: str  # Markdown
+    preview: DataPreview | None = None
+
+
+@dataclass(frozen=True)
+class LengthsView:
+    figure: dict | None  # a plotly figure (JSON-able), None when nothing was measured
+    summary: str  # Markdown
+    example: str  # HTML: one example as the trainer sees it, the trained part marked
+    findings: str = ""
+
+
+@dataclass(frozen=True)
+class MappingForm:
+    """The page's column choices: the layout, a file column per role, the tags."""
+
+    layout: str | None
+    columns: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def mapping(self) -> ColumnMapping | None:
+        if self.layout not in LAYOUTS:
+            return None
+        roles = {role for role, _ in roles_of(self.layout)}
+        columns = tuple((role, str(column)) for role, column in self.columns.items() if role in roles and column)
+        tags = tuple((tag, str(value).strip()) for tag, value in self.tags.items() if value and str(value).strip())
+        return ColumnMapping(layout=self.layout, columns=columns, tags=tags if self.layout == "sharegpt" else ())
+
+
+def suggest_name(original_name: str, taken: Sequence[str]) -> str:
+    """A registry name from a file name: its stem with only letters, digits, `_`, `.` and `-`,
+    made unique with -2, -3, …"""
+    stem = Path(original_name).name
+    for suffix in (".jsonl", ".json", ".csv", ".parquet"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    base = _NAME_CHARS.sub("-", stem).strip("-.")[:NAME_MAX] or "dataset"
+    if not base[0].isalnum():
+        base = "d" + base[: NAME_MAX - 1]
+    name, n = base, 1
+    taken_set = set(taken)
+    while name in taken_set:
+        n += 1
+        suffix = f"-{n}"
+        name = base[: NAME_MAX - len(suffix)] + suffix
+    return name
+
+
+def default_data_roots() -> list[Path]:
+    """Where a dataset may be registered by path when the app is given no --data-root: the
+    user's home and the folder the app started in (the demo's data is there)."""
+    roots = [Path.home(), Path.cwd()]
+    return [root for i, root in enumerate(roots) if root not in roots[:i]]
+
+
+DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+
+
+class DataDesk:
+    """One per app: the registry and what the page asks of it."""
+
+    def __init__(self, runs_dir: Path, data_roots: Sequence[Path], max_upload_bytes: int):
+        self.registry = DatasetRegistry(runs_dir, [Path(root) for root in data_roots], max_upload_bytes)
+
+    @property
+    def folder(self) -> Path:
+        return self.registry.folder
+
+    def names(self) -> list[str]:
+        return self.registry.names()
+
+    def layout_of(self, name: str) -> str | None:
+        """The layout a registered dataset was added with (alpaca, sharegpt, openai, text)."""
+        entry = self.registry.entry(name) or {}
+        if entry.get("formatting") == "sharegpt":
+            tags = entry.get("tags") or {}
+            return "openai" if isinstance(tags, dict) and tags.get("role_tag") == "role" else "sharegpt"
+        columns = entry.get("columns") or {}
+        if isinstance(columns, dict) and columns and "response" not in columns and set(columns) <= {"prompt"}:
+            return "text"
+        return "alpaca" if entry else None
+
+    def form_values(self, name: str, stage: str = "sft") -> dict[str, Any]:
+        """What the Train form needs to train on registered dataset `name`: its folder and
+        name, and a stage that reads its layout (plain text trains with pt, the rest with
+        the form's stage unless that is pt)."""
+        values: dict[str, Any] = {"dataset_dir": str(self.folder), "dataset": name}
+        layout = self.layout_of(name)
+        if layout == "text":
+            values["stage"] = "pt"
+        elif stage == "pt":
+            values["stage"] = "sft"
+        return values
+
+    def use_notice(self, name: str, locale: str = "en") -> str:
+        return t("datatab.use_notice", locale, name=code_span(name, NAME_MAX + 2))
+
+    # --- reading a file -------------------------------------------------------------------
+
+    def read_upload(self, uploaded: str | None, choices: MappingForm | None = None, locale: str = "en") -> DataPreview:
+        if not uploaded:
+            return self._preview(None, "", locale)
+        path = Path(uploaded)
+        inspection = self.registry.inspect_upload(path, path.name, choices.mapping() if choices else None)
+        return self._preview(inspection, path.name, locale)
+
+    def read_path(self, raw: str, choices: MappingForm | None = None, locale: str = "en") -> DataPreview:
+        raw = (raw or "").strip()
+        if not raw:
+            return self._preview(None, "", locale, [Finding.of("data_file", "data-path-empty")])
+        inspection = self.registry.inspect_server_path(raw, choices.mapping() if choices else None)
+        return self._preview(inspection, Path(raw).name, locale)
+
+    def add(self, kind: str, source: str | None, name: str, choices: MappingForm | None = None, locale: str = "en") -> DataAdded:
+        """Registers the file: `kind` "upload" (Gradio's copy of an upload) or "path" (a file
+        on this machine, used where it is). Refused: nothing is written."""
+        name = (name or "").strip()
+        mapping = choices.mapping() if choices else None
+        if not source:
+            finding = Finding.of("data_file", "data-nothing-chosen")
+            return DataAdded(None, findings_markdown([finding], locale))
+        if kind == "upload":
+            path = Path(source)
+            result = self.registry.add_upload(name, path, path.name, mapping)
+            shown = path.name
+        else:
+            result = self.registry.add_server_path(name, source, mapping)
+            shown = Path(source).name
+        preview = self._preview(result.inspection, shown, locale) if result.inspection is not None else None
+        if result.name is None:
+            return DataAdded(None, findings_markdown(list(result.findings), locale), preview)
+        added = t("datatab.added", locale, name=code_span(result.name, NAME_MAX + 2), folder=code_span(str(self.folder), 4096))
+        warnings = findings_markdown(list(result.findings), locale)
+        return DataAdded(result.name, added + ("\n\n" + warnings if warnings else ""), preview)
+
+    def _preview(self, inspection: Inspection | None, shown_name: str, locale: str, extra: list[Finding] | None = None) -> DataPreview:
+        findings = list(extra or []) + (list(inspection.findings) if inspection is not None else [])
+        if inspection is None:
+            return DataPreview(findings_markdown(findings, locale), "", [], [], False, None, (), "")
+        return DataPreview(
+            findings=findings_markdown(findings, locale),
+            summary=summary_markdown(inspection, shown_name, locale),
+            headers=list(inspection.columns),
+            rows=[list(row) for row in inspection.preview],
+            usable=inspection.usable,
+            mapping=inspection.mapping,
+            columns=inspection.columns,
+            suggested_name=suggest_name(shown_name, self.names()),
+        )
+
+    # --- what the trainer will see ---------------------------------------------------------
+
+    def measure(self, name: str, form: Mapping[str, Any], locale: str = "en") -> LengthsView:
+        """The token lengths of registered dataset `name` with the form's model, template,
+        stage and cutoff, computed in a helper process."""
+        from backend.data.lengths import length_histogram, measure_lengths
+
+        if not name or name not in self.names():
+            return LengthsView(None, "", "", findings_markdown([Finding.of("dataset", "data-not-registered", name=repr(name or ""))], locale))
+        model_path = str(form.get("model_path") or "").strip()
+        if not model_path:
+            return LengthsView(None, "", "", findings_markdown([Finding.of("model_path", "data-model-needed")], locale))
+        cutoff = _int(form.get("cutoff_len"), 1024)
+        stage = "pt" if str(form.get("stage") or "sft") == "pt" else "sft"
+        report, findings = measure_lengths(
+            model_path, str(form.get("template") or ""), str(self.folder), name, cutoff, stage=stage, max_examples=MEASURED_EXAMPLES_MAX
+        )
+        shown_findings = findings_markdown(list(findings), locale)
+        if report is None:
+            return LengthsView(None, "", "", shown_findings)
+        return LengthsView(length_histogram(report, locale), lengths_markdown(report, locale), example_html(report.example, locale), shown_findings)
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def summary_markdown(inspection: Inspection, shown_name: str, locale: str = "en") -> str:
+    layout = inspection.mapping.layout if inspection.mapping else None
+    head = t(
+        "datatab.summary",
+        locale,
+        file=code_span(shown_name, 256),
+        format=inspection.file_format.upper(),
+        rows=f"{inspection.rows:,}",
+        layout=t(f"datatab.layout.{layout}", locale) if layout else t("datatab.layout.unknown", locale),
+    )
+    lines = [head, "", f"| {t('datatab.column', locale)} | {t('datatab.empty_share', locale)} |", "|---|---|"]
+    for column, share in inspection.empty_share:
+        lines.append(f"| {escape_markdown(column, 80)} | {share:.0%} |")
+    return "\n".join(lines)
+
+
+def lengths_markdown(report: Any, locale: str = "en") -> str:
+    return t(
+        "datatab.lengths_summary",
+        locale,
+        counted=f"{report.counted:,}",
+        cutoff=report.cutoff_len,
+        truncated=f"{report.truncated_share:.1%}",
+        keeps_95=report.keeps_95,
+        keeps_99=report.keeps_99,
+    )
+
+
+def example_html(segments: Sequence[Any], locale: str = "en") -> str:
+    """One example as the trainer sees it: the template's text as is, the tokens it learns
+    to produce (labels kept) marked. All of it escaped; cut at EXAMPLE_SHOWN_CHARS."""
+    if not segments:
+        return ""
+    parts, used = [], 0
+    for segment in segments:
+        text = str(segment.text)[: max(0, EXAMPLE_SHOWN_CHARS - used)]
+        used += len(text)
+        escaped = html.escape(text)
+        parts.append(f'<mark class="rb-trained">{escaped}</mark>' if segment.trained else f'<span class="rb-prompt">{escaped}</span>')
+        if used >= EXAMPLE_SHOWN_CHARS:
+            parts.append("…")
+            break
+    legend = (
+        f'<div class="rb-example-legend"><span class="rb-prompt">{html.escape(t("datatab.example_prompt", locale))}</span> · '
+        f'<mark class="rb-trained">{html.escape(t("datatab.example_trained", locale))}</mark></div>'
+    )
+    return legend + '<pre class="rb-example">' + "".join(parts) + "</pre>"
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if number > 0 else default
+
