@@ -253,7 +253,7 @@ def test_a_validation_split_draws_the_eval_loss_beside_the_training_loss(app_ser
     run_id = wait_for_new_run(app_server, before)["id"]
     status = wait_for_text(page, "#status", "Status: finished", "Status: failed", "Status: stopped", timeout_ms=RUN_TIMEOUT_S * 1000)
     assert "Status: finished" in status, status
-    eval_name = translate("chart.eval_loss_series", "en")
+    eval_name = translate("chart.eval_loss", "en")
     page.wait_for_function(
         "(name) => { const p = document.querySelector('#loss-chart .js-plotly-plot'); return !!p && (p.data || []).some(t => t.name === name && (t.y || []).length >= 1); }",
         arg=eval_name,

@@ -139,9 +139,12 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         result = board.data.add(current.get("kind", "upload"), current.get("path"), name, choices, locale)
         names = board.data.names()
         picked = result.name if result.name else gr.skip()
-        return [result.message, gr.update(choices=names, value=picked)]
+        # The Train form's pick offers it at once (its value and whether it may be used stay).
+        return [result.message, gr.update(choices=names, value=picked), gr.update(choices=names)]
 
-    added_event = add_button.click(on_add, [source, name_box, locale_state, *mapping_inputs], [added, registered], concurrency_limit=1, concurrency_id="data-add")
+    added_event = add_button.click(
+        on_add, [source, name_box, locale_state, *mapping_inputs], [added, registered, train.dataset_pick], concurrency_limit=1, concurrency_id="data-add"
+    )
 
     def on_measure(name: str | None, locale: str, *values: Any):
         if not name:

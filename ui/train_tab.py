@@ -123,6 +123,7 @@ class TrainTab:
     mode_box: Any
     notice_box: Any
     then_derive: Any  # (event) -> the event followed by recomputing what is derived from the form
+    dataset_pick: Any  # the datasets added on the Data tab, offered beside the dataset field
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
@@ -476,4 +477,5 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         mode_box,
         notice_box,
         then_derive,
+        dataset_pick,
     )

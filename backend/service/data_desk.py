@@ -83,9 +83,8 @@ def suggest_name(original_name: str, taken: Sequence[str]) -> str:
         if stem.lower().endswith(suffix):
             stem = stem[: -len(suffix)]
             break
-    base = _NAME_CHARS.sub("-", stem).strip("-.")[:NAME_MAX] or "dataset"
-    if not base[0].isalnum():
-        base = "d" + base[: NAME_MAX - 1]
+    # A name starts with a letter or digit: whatever comes before the first one goes.
+    base = re.sub(r"^[^A-Za-z0-9]+", "", _NAME_CHARS.sub("-", stem)).rstrip("-.")[:NAME_MAX] or "dataset"
     name, n = base, 1
     taken_set = set(taken)
     while name in taken_set:

@@ -1,0 +1,125 @@
+"""The Data tab's backend (backend/service/data_desk.py) and the serve options it brings:
+names suggested from file names, the Train form values of a registered dataset, the user's
+text escaped wherever the page renders it, every label the tab builds from a name present
+in both languages, and the upload limit reaching Gradio and the guard."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend.data.dataset_file import LAYOUTS, roles_of
+from backend.data.lengths import ExampleSegment
+from backend.i18n import CATALOGUE
+from backend.runs import RunStore
+from backend.service import RocBoard
+from backend.service.data_desk import MappingForm, example_html, suggest_name
+from ui.data_tab import ROLES, TAGS
+from ui.guard import MIB, UPLOAD_BODY_CAP, upload_body_cap
+from ui.serve import DEFAULT_MAX_UPLOAD_MB, parse_args
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> RocBoard:
+    return RocBoard(tmp_path / "runs", data_roots=[tmp_path])
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+ALPACA = [{"instruction": f"Say {n}.", "input": "", "output": f"{n}"} for n in range(12)]
+TEXT = [{"text": f"Line number {n} of plain text."} for n in range(12)]
+
+
+def test_every_label_the_tab_builds_from_a_name_is_in_both_languages() -> None:
+    keys = [f"datatab.layout.{name}" for name in (*LAYOUTS, "unknown")] + [f"datatab.role.{role}" for role in ROLES] + [f"datatab.tag.{tag}" for tag in TAGS]
+    for locale in ("en", "zh-CN"):
+        missing = [key for key in keys if key not in CATALOGUE[locale]]
+        assert missing == [], locale
+    # Every role a layout maps has its dropdown.
+    assert {role for layout in LAYOUTS for role, _ in roles_of(layout)} == set(ROLES)
+
+
+@pytest.mark.parametrize(
+    "original, taken, expected",
+    [
+        ("my data.jsonl", [], "my-data"),
+        ("chat.JSONL", ["chat"], "chat-2"),
+        ("../../etc/passwd", [], "passwd"),
+        ("___.csv", [], "dataset"),
+        ("_x.csv", [], "x"),
+        ("数据.parquet", [], "dataset"),
+        ("a" * 200 + ".json", [], "a" * 64),
+        ("a" * 200 + ".json", ["a" * 64], "a" * 62 + "-2"),
+    ],
+)
+def test_a_suggested_name_is_one_the_registry_takes(board: RocBoard, original: str, taken: list[str], expected: str) -> None:
+    name = suggest_name(original, taken)
+    assert name == expected
+    assert board.data.registry.check_name(name) == []
+
+
+def test_a_registered_dataset_fills_the_form_with_a_stage_that_reads_its_layout(board: RocBoard, tmp_path: Path) -> None:
+    alpaca = write_jsonl(tmp_path / "alpaca.jsonl", ALPACA)
+    text = write_jsonl(tmp_path / "text.jsonl", TEXT)
+    assert board.data.add("path", str(alpaca), "pairs").name == "pairs"
+    assert board.data.add("path", str(text), "prose").name == "prose"
+    assert board.data.names() == ["pairs", "prose"]
+    folder = str(board.data.folder)
+    assert board.data.form_values("pairs", "sft") == {"dataset_dir": folder, "dataset": "pairs"}
+    assert board.data.form_values("pairs", "pt") == {"dataset_dir": folder, "dataset": "pairs", "stage": "sft"}
+    assert board.data.form_values("prose", "sft") == {"dataset_dir": folder, "dataset": "prose", "stage": "pt"}
+    # The registry is no run: the runs list and the run ids do not see it.
+    assert [state.id for state in RunStore(board.store.root).list()] == []
+    # A restart (a new board on the same runs dir) offers the same datasets.
+    assert RocBoard(board.store.root, data_roots=[tmp_path]).data.names() == ["pairs", "prose"]
+
+
+def test_a_refused_add_says_why_and_writes_nothing(board: RocBoard, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"instruction": "a", "output": "b"}\n{"instruction": \n', encoding="utf-8")
+    result = board.data.add("path", str(broken), "broken", locale="zh-CN")
+    words = result.message.replace("\\", "")  # Markdown escapes aside, what the page shows
+    assert result.name is None and "broken.jsonl" in words and "2" in words
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in words)
+    assert board.data.names() == []
+    assert board.data.add("upload", None, "x").name is None  # nothing chosen
+
+
+def test_the_users_text_is_escaped_wherever_the_tab_renders_it(board: RocBoard, tmp_path: Path) -> None:
+    hostile = "<img src=x onerror=alert(1)>"
+    path = write_jsonl(tmp_path / "hostile.jsonl", [{"instruction": "x", "input": "", "output": "y", hostile: "z"} for _ in range(3)])
+    shown = board.data.read_path(str(path))
+    assert hostile not in shown.summary and "&lt;img" in shown.summary
+    html = example_html([ExampleSegment(hostile, False), ExampleSegment("</pre><script>x</script>", True)])
+    assert "<img" not in html and "<script>" not in html
+    assert html.count('<mark class="rb-trained">') == 2  # the legend's and the trained segment's
+
+
+def test_the_mapping_the_page_sends_keeps_only_the_layouts_roles(board: RocBoard) -> None:
+    choices = MappingForm("alpaca", {"prompt": "q", "response": "a", "messages": "conversations", "system": ""}, {"user_tag": "human"})
+    mapping = choices.mapping()
+    assert mapping is not None and dict(mapping.columns) == {"prompt": "q", "response": "a"} and mapping.tags == ()
+    assert MappingForm("not-a-layout").mapping() is None
+    assert MappingForm(None).mapping() is None
+
+
+def test_measuring_asks_for_a_registered_dataset_and_a_model(board: RocBoard) -> None:
+    assert "data-not-registered" not in board.data.measure("nope", {"model_path": "/m"}).findings  # rendered words, not ids
+    assert board.data.measure("nope", {"model_path": "/m"}).figure is None
+    assert board.data.measure("", {}).findings
+
+
+def test_the_upload_limit_reaches_gradio_and_the_guard() -> None:
+    assert parse_args([]).max_upload_mb == DEFAULT_MAX_UPLOAD_MB
+    assert parse_args(["--max-upload-mb", "2048"]).max_upload_mb == 2048
+    for bad in ("0", "-1", str(10**9)):
+        with pytest.raises(SystemExit):
+            parse_args(["--max-upload-mb", bad])
+    assert upload_body_cap(1 * MIB) == UPLOAD_BODY_CAP  # never below the small files' cap
+    assert upload_body_cap(512 * MIB) == 513 * MIB
+    assert parse_args(["--data-root", "/a", "--data-root", "/b"]).data_root == ["/a", "/b"]
