@@ -204,10 +204,10 @@ def test_the_doctor_says_which_trackers_are_installed() -> None:
     from backend.i18n import localized as render
 
     english, chinese = render(line.saw, "en"), render(line.saw, "zh-CN")
-    assert "tensorboardX" in english and "wandb, swanlab" in english
-    assert "已安装" in chinese and "wandb, swanlab" in chinese
+    assert "tensorboardX" in english and "wandb · swanlab" in english
+    assert "已安装" in chinese and "wandb · swanlab" in chinese
     none = check_trackers(cpu_box())
-    assert none.verdict == "ok" and "pip install tensorboard" in render(none.fix, "en")
+    assert none.verdict == "ok" and "pip install -U tensorboard" in render(none.fix, "en")
     # This machine: none installed, and nothing imported to find out.
     import sys
 

@@ -143,7 +143,8 @@ def guarded_server(tmp_path_factory, outside, demo_assets):
     auth_file.write_text(f"{USER}:{PASSWORD}\n")
     auth_file.chmod(0o600)
     plant_run(workdir / "runs", outside)
-    with AppServer("--auth-file", str(auth_file), host="0.0.0.0", env={"GRADIO_SHARE": "True"}, workdir=workdir) as server:
+    # --max-upload-mb 1: the upload limit is the command line's (512 MB by default, for datasets).
+    with AppServer("--auth-file", str(auth_file), "--max-upload-mb", "1", host="0.0.0.0", env={"GRADIO_SHARE": "True"}, workdir=workdir) as server:
         yield server
 
 

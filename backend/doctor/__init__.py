@@ -467,16 +467,20 @@ def check_llamafactory(facts: MachineFacts) -> Check:
     return Check(name, "ok", M("doctor.lf.ok", cli=facts.llamafactory_cli, versions=versions))
 
 
+# Package names in any language: set apart as names, not read as a sentence ("a, b, c").
+TRACKER_SEPARATOR = " · "
+
+
 def check_trackers(facts: MachineFacts) -> Check:
     """Which experiment trackers the form's report_to can use: optional, never a problem."""
     name = M("doctor.name.trackers")
     found = [facts.trackers[t] for t in TRACKER_PACKAGES if facts.trackers.get(t)]
     missing = [t for t in TRACKER_PACKAGES if not facts.trackers.get(t)]
     if not found:
-        return Check(name, "ok", M("doctor.trackers.none", missing=", ".join(missing)), M("doctor.trackers.fix_install"), "any")
+        return Check(name, "ok", M("doctor.trackers.none", missing=TRACKER_SEPARATOR.join(missing)), M("doctor.trackers.fix_install"), "any")
     if not missing:
-        return Check(name, "ok", M("doctor.trackers.all", installed=", ".join(found)), "", "any")
-    return Check(name, "ok", M("doctor.trackers.some", installed=", ".join(found), missing=", ".join(missing)), "", "any")
+        return Check(name, "ok", M("doctor.trackers.all", installed=TRACKER_SEPARATOR.join(found)), "", "any")
+    return Check(name, "ok", M("doctor.trackers.some", installed=TRACKER_SEPARATOR.join(found), missing=TRACKER_SEPARATOR.join(missing)), "", "any")
 
 
 CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
