@@ -123,3 +123,11 @@ def test_the_upload_limit_reaches_gradio_and_the_guard() -> None:
     assert upload_body_cap(1 * MIB) == UPLOAD_BODY_CAP  # never below the small files' cap
     assert upload_body_cap(512 * MIB) == 513 * MIB
     assert parse_args(["--data-root", "/a", "--data-root", "/b"]).data_root == ["/a", "/b"]
+
+
+def test_a_file_of_a_thousand_columns_previews_a_bounded_table(board: RocBoard, tmp_path: Path) -> None:
+    row = {"instruction": "x", "output": "y", **{f"c{n}": "v" * 400 for n in range(600)}}
+    shown = board.data.read_path(str(write_jsonl(tmp_path / "wide.jsonl", [row, row])))
+    assert len(shown.headers) == 50 and all(len(r) == 50 for r in shown.rows)
+    assert all(len(cell) <= 301 for r in shown.rows for cell in r)
+    assert shown.summary.count("\n| ") <= 201

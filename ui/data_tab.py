@@ -50,7 +50,7 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
                     for role in ROLES
                 }
                 with gr.Row(visible=False) as tag_row:
-                    tag_boxes = {tag: texts.label(gr.Textbox(label=texts(f"datatab.tag.{tag}"), elem_id=f"data-{tag.replace('_', '-')}", min_width=100), f"datatab.tag.{tag}") for tag in TAGS}
+                    tag_boxes = {tag: texts.label(gr.Textbox(label=texts(f"datatab.tag.{tag}"), elem_id=f"data-{tag.replace('_', '-')}", min_width=100, max_length=64), f"datatab.tag.{tag}") for tag in TAGS}
                 remap_button = texts.value(gr.Button(texts("datatab.remap"), elem_id="data-remap"), "datatab.remap")
             with gr.Row():
                 name_box = texts.label(gr.Textbox(label=texts("datatab.name"), elem_id="data-name", max_length=64), "datatab.name")

@@ -27,6 +27,11 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 # What a histogram of lengths is drawn from: at most this many examples are tokenized.
 MEASURED_EXAMPLES_MAX = 2000
 EXAMPLE_SHOWN_CHARS = 4000
+# The preview table shows at most this many columns (a file may have a thousand: 20 rows of
+# 300 characters each would be megabytes on the page); the summary lists them all.
+PREVIEW_COLUMNS_MAX = 50
+SUMMARY_COLUMNS_MAX = 200
+TAG_CHARS_MAX = 64  # a tag is a key or a role name ("from", "human")
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class MappingForm:
             return None
         roles = {role for role, _ in roles_of(self.layout)}
         columns = tuple((role, str(column)) for role, column in self.columns.items() if role in roles and column)
-        tags = tuple((tag, str(value).strip()) for tag, value in self.tags.items() if value and str(value).strip())
+        tags = tuple((tag, str(value).strip()[:TAG_CHARS_MAX]) for tag, value in self.tags.items() if value and str(value).strip())
         return ColumnMapping(layout=self.layout, columns=columns, tags=tags if self.layout == "sharegpt" else ())
 
 
@@ -188,8 +193,8 @@ class DataDesk:
         return DataPreview(
             findings=findings_markdown(findings, locale),
             summary=summary_markdown(inspection, shown_name, locale),
-            headers=list(inspection.columns),
-            rows=[list(row) for row in inspection.preview],
+            headers=list(inspection.columns[:PREVIEW_COLUMNS_MAX]),
+            rows=[list(row[:PREVIEW_COLUMNS_MAX]) for row in inspection.preview],
             usable=inspection.usable,
             mapping=inspection.mapping,
             columns=inspection.columns,
@@ -233,7 +238,7 @@ def summary_markdown(inspection: Inspection, shown_name: str, locale: str = "en"
         layout=t(f"datatab.layout.{layout}", locale) if layout else t("datatab.layout.unknown", locale),
     )
     lines = [head, "", f"| {t('datatab.column', locale)} | {t('datatab.empty_share', locale)} |", "|---|---|"]
-    for column, share in inspection.empty_share:
+    for column, share in inspection.empty_share[:SUMMARY_COLUMNS_MAX]:
         lines.append(f"| {escape_markdown(column, 80)} | {share:.0%} |")
     return "\n".join(lines)
 
