@@ -131,3 +131,22 @@ def test_a_file_of_a_thousand_columns_previews_a_bounded_table(board: RocBoard, 
     assert len(shown.headers) == 50 and all(len(r) == 50 for r in shown.rows)
     assert all(len(cell) <= 301 for r in shown.rows for cell in r)
     assert shown.summary.count("\n| ") <= 201
+
+
+def test_a_json_list_is_read_element_by_element(board: RocBoard, tmp_path: Path, monkeypatch) -> None:
+    """A .json list is never read whole: with chunks of 64 characters, a list of 300 rows is
+    still read right, and a broken element is named by its line."""
+    from backend.data import dataset_file
+
+    monkeypatch.setattr(dataset_file, "JSON_CHUNK_CHARS", 64)
+    rows = [{"instruction": f"Say {n}.", "input": "", "output": f"{n} " * (n % 7 + 1)} for n in range(300)]
+    good = tmp_path / "list.json"
+    good.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    shown = board.data.read_path(str(good))
+    assert shown.usable and "300" in shown.summary and shown.rows[0][0] == "Say 0."
+    text = json.dumps(rows[:3], indent=1).splitlines()
+    text[9] = text[9].replace(":", "")  # a key without its colon, on line 10
+    broken = tmp_path / "broken.json"
+    broken.write_text("\n".join(text), encoding="utf-8")
+    refused = board.data.read_path(str(broken)).findings.replace("\\", "")
+    assert "broken.json" in refused and "10" in refused

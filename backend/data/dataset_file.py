@@ -31,7 +31,8 @@ FORMATS = {".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parqu
 KEY = "data_file"  # the finding key of every problem in a data file
 
 DEFAULT_MAX_BYTES = 4 * 2**30  # a file over this is not read at all (minutes of checking)
-JSON_MAX_BYTES = 512 * 2**20  # a .json list is parsed whole: past this, JSONL
+JSON_MAX_BYTES = DEFAULT_MAX_BYTES  # a .json list is parsed element by element (_json), like JSONL
+JSON_CHUNK_CHARS = 1 << 20  # characters read at a time from a .json file
 LINE_MAX_BYTES = 16 * 2**20  # one JSONL line
 PREVIEW_ROWS = 20
 CELL_CHARS = 300
@@ -220,7 +221,6 @@ class _Reader:
         self.file_format = file_format
         self.shown = shown
         self.unit = "line" if file_format == "jsonl" else "row"
-        self._json_rows: list[Any] | None = None
         self._utf8_checked = False
 
     def rows(self) -> Iterator[tuple[int, Any]]:
@@ -261,48 +261,51 @@ class _Reader:
                     raise _Stop(Finding.of(KEY, "data-json-invalid", file=self.shown, line=number, column=column, error=detail)) from None
                 yield number, row
 
-    def _load_json(self) -> list[Any]:
-        if self._json_rows is not None:
-            return self._json_rows
+    def _json(self) -> Iterator[tuple[int, Any]]:
+        """The elements of a top-level JSON list, one at a time: the file is read in chunks of
+        JSON_CHUNK_CHARS and each element decoded as soon as it is whole, so memory holds one
+        element (at most LINE_MAX_BYTES), never the file. A file of JSON lines named .json is
+        read as JSONL (Hugging Face's json loader reads those too)."""
         size = self.path.stat().st_size
         if size > JSON_MAX_BYTES:
             raise _Stop(Finding.of(KEY, "data-json-too-big", file=self.shown, size=_mb(size), limit=_mb(JSON_MAX_BYTES)))
-        data = self.path.read_bytes()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise self._not_utf8(error.start, data.count(b"\n", 0, error.start) + 1, f"0x{data[error.start]:02x}") from None
-        del data
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as error:
-            # JSON lines in a .json file: Hugging Face's json loader reads those too.
-            first = text.lstrip().split("\n", 1)[0]
-            if error.msg == "Extra data" and first.strip().startswith("{"):
-                try:
-                    json.loads(first)
-                except ValueError:
-                    pass
-                else:
+        if not self._utf8_checked:
+            found = _utf8_error(self.path)
+            if found is not None:
+                raise self._not_utf8(*found)
+            self._utf8_checked = True
+        stream = _JsonStream(self.path, self.shown)
+        first = stream.next_char()
+        if first != "[":
+            value, _ = stream.value()
+            if isinstance(value, dict):
+                if stream.next_char() == "{":  # a second object follows: JSON lines
                     self.file_format = "jsonl"
                     self.unit = "line"
-                    raise _SwitchToLines() from None
-            raise _Stop(Finding.of(KEY, "data-json-invalid", file=self.shown, line=error.lineno, column=error.colno, error=error.msg)) from None
-        if isinstance(loaded, dict):
-            raise _Stop(Finding.of(KEY, "data-json-not-list", file=self.shown, keys=_names(loaded.keys(), 8)))
-        if not isinstance(loaded, list):
-            raise _Stop(Finding.of(KEY, "data-row-not-object", file=self.shown, where=Message("data.where.whole"), kind=_kind(loaded)))
-        self._json_rows = loaded
-        return loaded
-
-    def _json(self) -> Iterator[tuple[int, Any]]:
-        try:
-            rows = self._load_json()
-        except _SwitchToLines:
-            yield from self._jsonl()
+                    yield from self._jsonl()
+                    return
+                stream.expect_end()
+                raise _Stop(Finding.of(KEY, "data-json-not-list", file=self.shown, keys=_names(value.keys(), 8)))
+            raise _Stop(Finding.of(KEY, "data-row-not-object", file=self.shown, where=Message("data.where.whole"), kind=_kind(value)))
+        stream.take(1)
+        number = 0
+        if stream.next_char() == "]":
+            stream.take(1)
+            stream.expect_end()
             return
-        for index, row in enumerate(rows):
-            yield index + 1, row
+        while True:
+            row, _ = stream.value()
+            number += 1
+            yield number, row
+            after = stream.next_char()
+            if after == ",":
+                stream.take(1)
+                continue
+            if after == "]":
+                stream.take(1)
+                stream.expect_end()
+                return
+            stream.fail("Expecting ',' delimiter" if after else "Expecting value")
 
     def _csv(self) -> Iterator[tuple[int, Any]]:
         import pandas as pd
@@ -348,8 +351,76 @@ class _Reader:
             parquet.close()
 
 
-class _SwitchToLines(Exception):
-    """A .json file that holds JSON lines: read it line by line instead."""
+class _JsonStream:
+    """A JSON text read forward in chunks: whitespace skipped, one value decoded at a time,
+    the line of any error counted from the start of the file."""
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.handle = open(path, encoding="utf-8")
+        self.shown = shown
+        self.buffer = ""
+        self.position = 0
+        self.line = 1  # the line self.buffer[0] is on
+        self.eof = False
+        self.decoder = json.JSONDecoder()
+
+    def __del__(self) -> None:
+        self.handle.close()
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.handle.read(JSON_CHUNK_CHARS)
+        if not chunk:
+            self.eof = True
+            return False
+        # What was read and decoded is dropped: the buffer holds the element in progress.
+        dropped = self.buffer[: self.position]
+        self.line += dropped.count("\n")
+        self.buffer = self.buffer[self.position :] + chunk
+        self.position = 0
+        return True
+
+    def next_char(self) -> str:
+        """The next character that is not whitespace ("" at the end), not consumed."""
+        while True:
+            while self.position < len(self.buffer) and self.buffer[self.position] in " \t\r\n":
+                self.position += 1
+            if self.position < len(self.buffer):
+                return self.buffer[self.position]
+            if not self._more():
+                return ""
+
+    def take(self, count: int) -> None:
+        self.position += count
+
+    def value(self) -> tuple[Any, int]:
+        """The next JSON value, decoded whole; (value, its first line)."""
+        self.next_char()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buffer, self.position)
+            except json.JSONDecodeError as error:
+                # An error at the end of what is read may only mean the value goes on.
+                if len(self.buffer) - self.position > LINE_MAX_BYTES:
+                    line = self.line + self.buffer.count("\n", 0, self.position)
+                    raise _Stop(Finding.of(KEY, "data-line-too-long", file=self.shown, line=line, limit=_mb(LINE_MAX_BYTES))) from None
+                if self._more():
+                    continue
+                self.fail(error.msg, error.pos)
+            line = self.line + self.buffer.count("\n", 0, self.position)
+            self.position = end
+            return value, line
+
+    def expect_end(self) -> None:
+        if self.next_char():
+            self.fail("Extra data")
+
+    def fail(self, message: str, at: int | None = None) -> None:
+        at = self.position if at is None else at
+        line = self.line + self.buffer.count("\n", 0, at)
+        column = at - (self.buffer.rfind("\n", 0, at) + 1) + 1
+        raise _Stop(Finding.of(KEY, "data-json-invalid", file=self.shown, line=line, column=column, error=message))
 
 
 # --- guessing the layout ----------------------------------------------------------------------
