@@ -30,6 +30,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("latency", "3. Latency", "bench.bench_latency"),
     ("first_loss", "4. Click to first loss point: RocBoard vs LlamaBoard", "bench.bench_first_loss"),
     ("telemetry", "5. Telemetry sample cost per source", "bench.bench_telemetry"),
+    ("data", "6. Checking a dataset file", "bench.bench_data"),
 )
 
 INTRO = """\

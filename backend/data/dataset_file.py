@@ -277,7 +277,7 @@ class _Reader:
         stream = _JsonStream(self.path, self.shown)
         first = stream.next_char()
         if first != "[":
-            value, _ = stream.value()
+            value = stream.value()
             if isinstance(value, dict):
                 if stream.next_char() == "{":  # a second object follows: JSON lines
                     self.file_format = "jsonl"
@@ -294,7 +294,7 @@ class _Reader:
             stream.expect_end()
             return
         while True:
-            row, _ = stream.value()
+            row = stream.value()
             number += 1
             yield number, row
             after = stream.next_char()
@@ -351,6 +351,9 @@ class _Reader:
             parquet.close()
 
 
+_JSON_SPACE = re.compile(r"[ \t\r\n]*")
+
+
 class _JsonStream:
     """A JSON text read forward in chunks: whitespace skipped, one value decoded at a time,
     the line of any error counted from the start of the file."""
@@ -384,8 +387,7 @@ class _JsonStream:
     def next_char(self) -> str:
         """The next character that is not whitespace ("" at the end), not consumed."""
         while True:
-            while self.position < len(self.buffer) and self.buffer[self.position] in " \t\r\n":
-                self.position += 1
+            self.position = _JSON_SPACE.match(self.buffer, self.position).end()
             if self.position < len(self.buffer):
                 return self.buffer[self.position]
             if not self._more():
@@ -394,8 +396,8 @@ class _JsonStream:
     def take(self, count: int) -> None:
         self.position += count
 
-    def value(self) -> tuple[Any, int]:
-        """The next JSON value, decoded whole; (value, its first line)."""
+    def value(self) -> Any:
+        """The next JSON value, decoded whole."""
         self.next_char()
         while True:
             try:
@@ -408,9 +410,8 @@ class _JsonStream:
                 if self._more():
                     continue
                 self.fail(error.msg, error.pos)
-            line = self.line + self.buffer.count("\n", 0, self.position)
             self.position = end
-            return value, line
+            return value
 
     def expect_end(self) -> None:
         if self.next_char():
