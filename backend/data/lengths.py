@@ -30,6 +30,7 @@ from typing import Any
 
 from backend.findings import Finding
 from backend.i18n import translate
+from backend.llama_factory.check import last_json_line
 from backend.security.child_env import child_env
 
 WORKER = Path(__file__).resolve().with_name("lengths_worker.py")
@@ -201,22 +202,11 @@ def _ask_one_shot(request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         err.seek(0, os.SEEK_END)
         err.seek(max(0, err.tell() - STDERR_TAIL_BYTES))
         stderr = err.read().decode("utf-8", "replace")
-    answer = _last_json_line(stdout)
+    answer = last_json_line(stdout)
     if answer is None:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return {"ok": False, "error": {"kind": "died", "type": "NoAnswer", "message": f"exit {done.returncode}: {tail}"}}
     return answer
-
-
-def _last_json_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def _finding_from_error(error: dict[str, Any], request: dict[str, Any], timeout_s: float) -> Finding:

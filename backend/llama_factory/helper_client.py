@@ -282,16 +282,24 @@ class LlamaFactoryHelper:
             raise TimeoutError(f"the LLaMA-Factory helper did not answer in {timeout:g} s")
         return pending.answer
 
+    def _ready_within(self, timeout: float) -> bool:
+        """Whether the helper is (or becomes) ready to answer within `timeout`; False when no
+        helper can answer (the caller uses its one-shot worker). Raises TimeoutError when it
+        is still importing at the end of `timeout`."""
+        if not self.ensure():
+            return False
+        if not self.wait_ready(timeout):
+            if self.state == "starting":
+                raise TimeoutError(f"the LLaMA-Factory helper was not ready in {timeout:g} s")
+            return False
+        return True
+
     def check(self, configs: list[dict[str, Any]], timeout: float = 120.0) -> dict[str, Any] | None:
         """worker.py's answer for `configs`, computed in a fork of the helper (waits for the
         helper's imports within `timeout`); None when no helper can answer (use the one-shot
         worker). Raises TimeoutError when it took longer than `timeout`."""
         started = time.monotonic()
-        if not self.ensure():
-            return None
-        if not self.wait_ready(timeout):
-            if self.state == "starting":
-                raise TimeoutError(f"the LLaMA-Factory helper was not ready in {timeout:g} s")
+        if not self._ready_within(timeout):
             return None
         answer = self._request({"op": "check", "configs": configs}, max(1.0, timeout - (time.monotonic() - started)))
         if answer is None or "error" in answer and "ok" not in answer:
@@ -305,11 +313,7 @@ class LlamaFactoryHelper:
         one-shot worker). A request the helper refuses comes back as {"ok": false, "error":
         {"kind": "request", ...}}. Raises TimeoutError when it took longer than `timeout`."""
         started = time.monotonic()
-        if not self.ensure():
-            return None
-        if not self.wait_ready(timeout):
-            if self.state == "starting":
-                raise TimeoutError(f"the LLaMA-Factory helper was not ready in {timeout:g} s")
+        if not self._ready_within(timeout):
             return None
         left = max(2.0, timeout - (time.monotonic() - started))
         # The helper kills the child at timeout_s and answers first; the wait here is a bound.

@@ -41,7 +41,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 CHECK_CHILD_TIMEOUT_S = 300.0
@@ -208,21 +208,23 @@ def _train_child(run_dir: str, env: dict[str, str]) -> None:
         os._exit(code & 0xFF if code >= 0 else 1)
 
 
-def _check_child(write_fd: int, configs: list[Any], parser, known: set[str]) -> None:
-    """In the forked child: the same check worker.py runs, answer written to `write_fd`."""
+def _answer_child(write_fd: int, compute: Callable[[], dict[str, Any]], error_kind: dict[str, str]) -> None:
+    """In a forked child: stdin/stdout to /dev/null (libraries print; the answer goes through
+    the pipe), every other fd but `write_fd` and stderr closed, then `compute()`'s answer
+    written to `write_fd` as one JSON line (an exception becomes {"ok": false, "error": ...},
+    with `error_kind`'s members). Never returns."""
     code = 0
     try:
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
-        os.dup2(null, 1)  # the parser and its libraries print; the answer goes through the pipe
+        os.dup2(null, 1)
         _close_fds_from(3, keep=(write_fd, 2))
-        import worker
-
-        worker._quiet_environment()
-        results = [worker._check_one(parser, known, dict(config)) for config in configs]
-        data = (json.dumps({"ok": True, "import_s": 0.0, "results": results}) + "\n").encode("utf-8")
+        answer = compute()
+        code = 0 if answer.get("ok") else 1
+        data = (json.dumps(answer) + "\n").encode("utf-8")
     except BaseException as exc:  # noqa: BLE001 - an answer either way
-        data = (json.dumps({"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}) + "\n").encode("utf-8")
+        error = {**error_kind, "type": type(exc).__name__, "message": str(exc)[:2000]}
+        data = (json.dumps({"ok": False, "error": error}) + "\n").encode("utf-8")
         code = 1
     try:
         view = memoryview(data)
@@ -230,6 +232,19 @@ def _check_child(write_fd: int, configs: list[Any], parser, known: set[str]) -> 
             view = view[os.write(write_fd, view) :]
     finally:
         os._exit(code)
+
+
+def _check_child(write_fd: int, configs: list[Any], parser, known: set[str]) -> None:
+    """In the forked child: the same check worker.py runs, answer written to `write_fd`."""
+
+    def check() -> dict[str, Any]:
+        import worker
+
+        worker._quiet_environment()
+        results = [worker._check_one(parser, known, dict(config)) for config in configs]
+        return {"ok": True, "import_s": 0.0, "results": results}
+
+    _answer_child(write_fd, check, {})
 
 
 def _lengths_module():
@@ -250,25 +265,12 @@ def _lengths_module():
 
 def _lengths_child(write_fd: int, module, request: dict[str, Any]) -> None:
     """In the forked child: lengths_worker.measure(request), answer written to `write_fd`."""
-    code = 0
-    try:
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)  # libraries print; the answer goes through the pipe
-        _close_fds_from(3, keep=(write_fd, 2))
+
+    def measure() -> dict[str, Any]:
         module.quiet_environment()
-        answer = module.measure(request)
-        code = 0 if answer.get("ok") else 1
-        data = (json.dumps(answer) + "\n").encode("utf-8")
-    except BaseException as exc:  # noqa: BLE001 - an answer either way
-        data = (json.dumps({"ok": False, "error": {"kind": "internal", "type": type(exc).__name__, "message": str(exc)[:2000]}}) + "\n").encode("utf-8")
-        code = 1
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view) :]
-    finally:
-        os._exit(code)
+        return module.measure(request)
+
+    _answer_child(write_fd, measure, {"kind": "internal"})
 
 
 class Zygote:
