@@ -340,12 +340,7 @@ def _data_file_problem(path: str, mtime_ns: int, size: int) -> str:
                 if not start.startswith(("[", "{")):
                     return "it does not start like JSON"
             else:
-                with open(path, encoding="utf-8") as handle:
-                    records = json.load(handle)
-                if not isinstance(records, (list, dict)):
-                    return "it holds a single value, not a list of records"
-                if isinstance(records, list) and not records:
-                    return "it holds no records"
+                return _json_data_file(path, mtime_ns, size)[0]
     except UnicodeDecodeError:
         return "it is not UTF-8 text"
     except ValueError as error:
@@ -355,6 +350,28 @@ def _data_file_problem(path: str, mtime_ns: int, size: int) -> str:
     except OSError as error:
         return str(error)
     return ""
+
+
+@lru_cache(maxsize=64)
+def _json_data_file(path: str, mtime_ns: int, size: int) -> tuple[str, int | None]:
+    """A .json data file of at most DATASET_PARSE_MAX_BYTES, parsed once per version for both
+    the load check and the row count: (why it will not load, or ""; its records when it is a
+    list, else None)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            records = json.load(handle)
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text", None
+    except ValueError as error:
+        return f"invalid JSON ({error})", None
+    except RecursionError:
+        return "invalid JSON (nested too deeply)", None
+    except OSError as error:
+        return str(error), None
+    if not isinstance(records, (list, dict)):
+        return "it holds a single value, not a list of records", None
+    count = len(records) if isinstance(records, list) else None
+    return ("it holds no records" if count == 0 else ""), count
 
 
 # --- columns: the first rows against the layout dataset_info.json declares -----------------
@@ -665,9 +682,7 @@ def _row_count(path: str, mtime_ns: int, size: int) -> int | None:
             with open(path, "rb") as handle:
                 return sum(1 for line in handle if line.strip())
         if suffix == ".json":
-            with open(path, encoding="utf-8") as handle:
-                records = json.load(handle)
-            return len(records) if isinstance(records, list) else None
+            return _json_data_file(path, mtime_ns, size)[1]
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return None
