@@ -125,11 +125,8 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def on_remap(current: dict, locale: str, *values: Any):
         """The file read again with the user's layout and columns."""
         choices = choices_of(*values)
-        path = current.get("path") if isinstance(current, dict) else None
-        if current.get("kind") == "path":
-            shown = board.data.read_path(path or "", choices, locale)
-        else:
-            shown = board.data.read_upload(path, choices, locale)
+        path = current.get("path")
+        shown = board.data.read_path(path or "", choices, locale) if current.get("kind") == "path" else board.data.read_upload(path, choices, locale)
         return show(shown, gr.skip())
 
     remap_button.click(on_remap, [source, locale_state, *mapping_inputs], shown_outputs)

@@ -51,8 +51,7 @@ class DataPreview:
 @dataclass(frozen=True)
 class DataAdded:
     name: str | None  # registered under this name; None: refused (see message)
-    message: str  # Markdown
-    preview: DataPreview | None = None
+    message: str  # Markdown: what was added, or why not (the page already shows the file)
 
 
 @dataclass(frozen=True)
@@ -175,16 +174,13 @@ class DataDesk:
         if kind == "upload":
             path = Path(source)
             result = self.registry.add_upload(name, path, path.name, mapping)
-            shown = path.name
         else:
             result = self.registry.add_server_path(name, source, mapping)
-            shown = Path(source).name
-        preview = self._preview(result.inspection, shown, locale) if result.inspection is not None else None
         if result.name is None:
-            return DataAdded(None, findings_markdown(list(result.findings), locale), preview)
+            return DataAdded(None, findings_markdown(list(result.findings), locale))
         added = t("datatab.added", locale, name=code_span(result.name, NAME_MAX + 2), folder=code_span(str(self.folder), 4096))
         warnings = findings_markdown(list(result.findings), locale)
-        return DataAdded(result.name, added + ("\n\n" + warnings if warnings else ""), preview)
+        return DataAdded(result.name, added + ("\n\n" + warnings if warnings else ""))
 
     def _preview(self, inspection: Inspection | None, shown_name: str, locale: str, extra: list[Finding] | None = None) -> DataPreview:
         findings = list(extra or []) + (list(inspection.findings) if inspection is not None else [])
