@@ -109,9 +109,14 @@ def test_the_mapping_the_page_sends_keeps_only_the_layouts_roles(board: RocBoard
 
 
 def test_measuring_asks_for_a_registered_dataset_and_a_model(board: RocBoard) -> None:
-    assert "data-not-registered" not in board.data.measure("nope", {"model_path": "/m"}).findings  # rendered words, not ids
-    assert board.data.measure("nope", {"model_path": "/m"}).figure is None
-    assert board.data.measure("", {}).findings
+    from backend.i18n import translate
+
+    unknown = board.data.measure("nope", {"model_path": "/m"})
+    assert unknown.figure is None and "data-not-registered" not in unknown.findings  # rendered words, not ids
+    assert translate("check.data-not-registered.fix", "en")[:20] in unknown.findings.replace("\\", "")
+    assert board.data.add("path", str(write_jsonl(board.store.root.parent / "pairs.jsonl", ALPACA)), "pairs").name == "pairs"
+    no_model = board.data.measure("pairs", {"model_path": ""})
+    assert no_model.figure is None and translate("check.data-model-needed.fix", "en")[:20] in no_model.findings.replace("\\", "")
 
 
 def test_the_upload_limit_reaches_gradio_and_the_guard() -> None:
