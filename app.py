@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "check": "backend.check_cli",
     "telemetry": "backend.telemetry.cli",
     "doctor": "backend.doctor.cli",
+    "chat": "backend.chat.cli",
+    "export": "backend.export.cli",
 }
 
 

@@ -25,6 +25,16 @@ def demo_assets():
     return build_demo()
 
 
+@pytest.fixture(scope="session")
+def trained_demo_run(demo_assets, tmp_path_factory):
+    """(runs dir, run id) of one finished CPU-demo run, trained once per session with the real
+    llamafactory-cli. Read it, or `copy_run` it into a test's own runs dir to change it."""
+    from tests.harness import train_demo_run
+
+    runs_dir = tmp_path_factory.mktemp("trained-runs")
+    return runs_dir, train_demo_run(runs_dir)
+
+
 @pytest.fixture
 def launcher(tmp_path):
     """A Launcher over a fresh runs dir; whatever it left running is stopped afterwards."""

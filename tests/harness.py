@@ -348,3 +348,28 @@ def chromium_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+# --- a trained demo run, for the tests of what comes after training ------------------------------
+
+
+def train_demo_run(runs_dir: Path, name: str = "demo", timeout: float = 300.0, **form_changes: Any) -> str:
+    """Trains the CPU demo (the real llamafactory-cli on the tiny offline model, ~35 s on two
+    cores) into `runs_dir` and returns the finished run's id."""
+    from backend.service import RocBoard, demo_form
+
+    board = RocBoard(Path(runs_dir))
+    form = {**demo_form(), "run_name": name, **form_changes}
+    started = board.start(form)
+    assert started.run is not None, started.findings
+    wait_until(lambda: not board.is_active(started.run.id), timeout, interval=0.5, what="the demo run to finish")
+    state = board.store.read(started.run.id)
+    assert state.state == "finished", (state, (Path(runs_dir) / started.run.id / "train.log").read_text()[-3000:])
+    return state.id
+
+
+def copy_run(source_runs: Path, run_id: str, dest_runs: Path) -> Path:
+    """A copy of a finished run in another runs dir (its own files: a test may break them).
+    The copy's paths are its own: nothing of RocBoard reads config.yaml's output_dir back."""
+    Path(dest_runs).mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copytree(Path(source_runs) / run_id, Path(dest_runs) / run_id, symlinks=True))

@@ -7,7 +7,10 @@ import gradio as gr
 from backend import view
 from backend.i18n import pick_locale
 from backend.service import RocBoard
+from ui.chat_tab import CHAT_CSS, build_chat_tab
 from ui.data_tab import DATA_CSS, build_data_tab
+from ui.evaluate_tab import EVALUATE_CSS, build_evaluate_tab
+from ui.export_tab import EXPORT_CSS, build_export_tab
 from ui.doctor_tab import build_doctor_tab
 from ui.import_tab import build_import_tab
 from ui.live import live_script
@@ -21,7 +24,7 @@ TRAIN_TAB_ID = "train"
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
     with gr.Blocks(
-        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
+        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
     ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
@@ -38,6 +41,15 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 data = build_data_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.runs"), id="runs", elem_id="tab-runs"), "tab.runs") as runs_tab:
                 refresh_runs, runs_outputs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+            # Try and ship a run: chat with it beside its base, evaluate it, merge and export it.
+            try_tabs = {}
+            for tab_id, label, build in (
+                ("chat", "tab.chat", build_chat_tab),
+                ("evaluate", "tab.evaluate", build_evaluate_tab),
+                ("export", "tab.export", build_export_tab),
+            ):
+                with texts.label(gr.Tab(texts(label), id=tab_id, elem_id=f"tab-{tab_id}"), label) as tab:
+                    try_tabs[tab_id] = (tab, build(board, texts, locale_state, train, tabs, TRAIN_TAB_ID))
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
                 build_import_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
@@ -46,6 +58,10 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
         # Datasets added by another tab (or the command line) are offered on each visit.
         data_tab.select(data["refresh"], None, data["registered"], show_progress="hidden")
+        # Each visit offers the runs on disk now (runs finished, made or deleted elsewhere).
+        for tab, wired in try_tabs.values():
+            if "refresh" in wired:
+                tab.select(wired["refresh"], locale_state, wired["refresh_outputs"], show_progress="hidden")
         strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str, mode: dict):

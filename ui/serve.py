@@ -306,5 +306,5 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         pass
     print("RocBoard: stopping.", file=sys.stderr, flush=True)
     page.close()
-    board.close_helper()  # EOF on its stdin; running trainers keep running
+    board.close()  # chat servers and exports end; the helper gets EOF; trainers keep running
     return 0

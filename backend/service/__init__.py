@@ -37,6 +37,9 @@ from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, defaul
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
 from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
+from backend.service.chat_desk import ChatDesk
+from backend.service.evaluation_desk import EvaluationDesk
+from backend.service.export_desk import ExportDesk
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
 from backend.service.live import LiveAnswer, live_answer
@@ -71,6 +74,7 @@ class RocBoard:
         warm_helper: bool = False,
         data_roots: "Sequence[Path] | None" = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+        export_roots: "Sequence[Path] | None" = None,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
@@ -86,6 +90,12 @@ class RocBoard:
         self.decisions = RunDecisions(self.run_manager, self.monitors)
         self.run_manager.on_launch = self.decisions.follow
         self.doctor = DoctorCache()
+        # Try and ship: chat with a run (its servers let go of the GPU when a trainer starts),
+        # evaluate it on held-out data, merge and export it.
+        self.chat = ChatDesk(self.store, self.run_manager, export_dir=self.export_dir)
+        self.run_manager.before_launch.append(self.chat.stop_all)
+        self.evaluations = EvaluationDesk(self.store, self.run_manager, self.pipeline, self.data)
+        self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_data_roots(), export_dir=self.export_dir)
         self.helper = None
         if warm_helper:
             self.start_helper()
@@ -102,6 +112,13 @@ class RocBoard:
             return
         self.helper = install_shared(lambda: helper_env(self.store.root))
         self.run_manager.launcher.helper = self.helper
+
+    def close(self) -> None:
+        """The app stops: chat servers and an export in progress end with it (0 processes
+        left); trainers keep running and are found again on the next start."""
+        self.chat.close()
+        self.exports.close()
+        self.close_helper()
 
     def close_helper(self) -> None:
         """Ends the helper (trainers it started keep running); runs start cold from now on."""

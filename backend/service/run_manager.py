@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from backend.config import RunConfig
@@ -47,6 +48,9 @@ class RunManager:
         # Told of every run that (re)starts training or is re-attached to, so that the
         # backend watches it on its own (the facade wires the decisions here).
         self.on_launch: Callable[[str], None] = lambda run_id: None
+        # Called before any trainer (a training or an evaluation run) starts: whatever else
+        # holds the GPU for the user (the Chat tab's servers) lets go of it first.
+        self.before_launch: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # start, resume and delete: one at a time
         self._watched: str | None = None  # the run the sampler samples
         self._last_seen: dict[str, RunState] = {}  # to stop a trainer whose run directory vanished
@@ -141,6 +145,8 @@ class RunManager:
     def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Starts the trainer (or `command`, a stand-in in tests) of an existing run, and
         watches it: telemetry samples it, the backend decides about it."""
+        for let_go in self.before_launch:
+            let_go()
         state = self.launcher.start(run_id, env, command=command)
         self._watch(state)
         self.on_launch(run_id)
@@ -237,6 +243,14 @@ class RunManager:
             return
         self._watched = state.id
         self.sampler.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
+
+    def lend_sampler(self, samples_path: Path | None, pid: int | None) -> bool:
+        """Points the sampler at a process that is not a run's trainer (a chat server), or
+        away from it (None). Refused (False) while a run is watched: its chart comes first."""
+        if self.sampler is None or self._watched is not None:
+            return False
+        self.sampler.watch(samples_path, pid)
+        return True
 
     def _unwatch_if(self, run_id: str) -> None:
         if self.sampler is not None and self._watched == run_id:
