@@ -185,6 +185,9 @@ def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
             key = "progress.none"
         else:
             key = "progress.loading" if snapshot.run.active else "progress.no_steps"
+            if snapshot.run.state == "finished" and getattr(snapshot.run, "kind", "train") == "evaluate":
+                # A short evaluation logs no progress line (LLaMA-Factory logs every 5 batches).
+                return _bar(100.0, t("eval.panel.done", locale))
         return _bar(0.0, t(key, locale))
     parts = [t("progress.step", locale, step=progress.step, total=progress.total), f"{progress.percent:.0f} %"]
     if progress.elapsed:
@@ -220,7 +223,12 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     run = snapshot.run
     # status.line puts the id in a code span itself: only a backtick in it needs replacing.
     lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=code_span(run.id)[1:-1])]
-    if run.state == "failed":
+    evaluation = getattr(run, "kind", "train") == "evaluate"
+    if evaluation:  # LLaMA-Factory's predict mode on a trained run (backend/evaluate)
+        lines.append(t("eval.panel.of", locale, run_id=code_span(getattr(run, "source_run", ""))[1:-1]))
+    if run.state == "finished" and evaluation:
+        lines.append(t("eval.panel.finished", locale))
+    elif run.state == "failed":
         code = t("word.unknown", locale) if run.exit_code is None else escape_markdown(run.exit_code)
         lines.append(t("status.exit_code", locale, code=code))
         if run.stop_reason:

@@ -15,13 +15,13 @@ from ui.widgets import Texts, plot
 
 
 # The state column never wraps ("finishe d"), nor do the numbers; the table scrolls sideways.
-_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("state", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "duration", "started")]
+_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("kind", "state", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started")]
 RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2] + " { white-space: nowrap !important; overflow-wrap: normal !important; word-break: normal !important; }\n"
 
 
 # Room for each column's longest usual value (a run id, "finished", "100 / 100", a start
 # time): Gradio otherwise gives every column the same share and cuts what overflows.
-RUNS_COLUMN_WIDTHS = ["145px", "75px", "85px", "105px", "75px", "70px", "100px", "88px", "105px", "75px", "75px", "65px", "150px"]
+RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "105px", "75px", "75px", "115px", "65px", "150px"]
 
 
 def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from backend.runs import safe_files
 
 RunStateName = Literal["starting", "running", "finished", "failed", "stopped"]
 ACTIVE_STATES = ("starting", "running")
+RUN_KINDS = ("train", "evaluate")
 
 STATE_FILE = "state.json"
 FORM_FILE = "form.json"
@@ -73,6 +74,10 @@ class RunState:
     # How the trainer was started: "warm" (forked from the LLaMA-Factory helper, see
     # backend/llama_factory/helper_client.py), "cold" (a fresh llamafactory-cli), "" (older runs).
     launch: str = ""
+    # What the run does: "train" (a trainer) or "evaluate" (LLaMA-Factory's predict mode on a
+    # trained run's adapter, backend/evaluate); a state file written before kinds is "train".
+    kind: str = "train"
+    source_run: str = ""  # the run an evaluation evaluates ("" for a training run)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -83,6 +88,10 @@ class RunState:
     def from_json(cls, data: dict[str, Any]) -> "RunState":
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["command"] = tuple(known.get("command") or ())
+        if known.get("kind") not in RUN_KINDS:
+            known["kind"] = "train"  # older state files have none; an unknown one is not trusted
+        if not isinstance(known.get("source_run", ""), str):
+            known["source_run"] = ""
         return cls(**known)
 
     @property
@@ -129,8 +138,11 @@ class RunStore:
         self._last_id = candidate
         return candidate
 
-    def create(self, name: str, preset: str, model: str, files: dict[str, str], run_id: str | None = None) -> RunState:
-        """A new run directory holding `files` (name -> text) and its first state."""
+    def create(
+        self, name: str, preset: str, model: str, files: dict[str, str], run_id: str | None = None, kind: str = "train", source_run: str = ""
+    ) -> RunState:
+        """A new run directory holding `files` (name -> text) and its first state (its kind
+        in it from the start: no moment exists where an evaluation reads as a training)."""
         self.ensure_root()
         run_id = run_id or self.new_run_id(name)
         if (self.root / run_id).exists():
@@ -141,6 +153,8 @@ class RunStore:
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             preset=preset,
             model=model,
+            kind=kind,
+            source_run=source_run,
         )
         staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         try:

@@ -35,6 +35,7 @@ from backend.runs.logs import (
     parse_records,
     sampled_lines,
 )
+from backend.evaluate.results import EVALUATION_FILE, RESULTS_FILE, Scores, format_scores, read_scores
 from backend.runs import (
     OUTPUT_DIR,
     SMALL_FILE_MAX_BYTES,
@@ -46,14 +47,16 @@ from backend.runs import (
 
 # The message id of each column header (runs.column.*), in the table's order.
 HISTORY_COLUMNS: tuple[str, ...] = (
-    "run", "name", "preset", "model", "dataset", "learning_rate", "length",
-    "state", "steps", "last_loss", "best_eval_loss", "duration", "started",
+    "run", "name", "kind", "preset", "model", "dataset", "learning_rate", "length",
+    "state", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started",
 )  # fmt: skip
+# Columns whose header is not runs.column.<column> (the evaluation's, backend/evaluate).
+_HEADER_IDS = {"kind": "eval.column.kind", "scores": "eval.column.scores"}
 
 
 def history_headers(locale: str = "en") -> list[str]:
     """The runs table's column headers in `locale`."""
-    return [translate(f"runs.column.{column}", locale) for column in HISTORY_COLUMNS]
+    return [translate(_HEADER_IDS.get(column, f"runs.column.{column}"), locale) for column in HISTORY_COLUMNS]
 
 
 # The English headers, by which code and tests name a column (the catalogue holds the words).
@@ -105,6 +108,10 @@ class RunSummary:
     max_steps: int | None = None  # > 0 overrides epochs
     dataset: str = ""
     best_eval_loss: float | None = None  # the lowest eval_loss the trainer logged
+    kind: str = "train"  # "train" or "evaluate" (RunState.kind)
+    source_run: str = ""  # of an evaluation: the run it evaluated
+    # An evaluation's scores; a training run's are those of its latest finished evaluation.
+    scores: Scores | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,7 @@ _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] =
 _settings_cache: dict[Path, tuple[tuple[tuple[int, int] | None, ...], RunSettings]] = {}
 # path -> (bytes scanned so far, lowest eval_loss in them): a growing log is scanned once.
 _eval_cache: dict[Path, tuple[int, float | None]] = {}
+_scores_cache: dict[Path, tuple[tuple[int, int], Scores | None]] = {}
 
 
 def _in_run(path: Path, run_dir: Path | None) -> tuple[Path, Path]:
@@ -352,6 +360,32 @@ def read_best_eval_loss(path: Path, run_dir: Path | None = None) -> float | None
     return best
 
 
+def read_evaluated_dataset(run_dir: Path) -> str:
+    """The held-out dataset an evaluation predicted on, from its evaluation.json."""
+    try:
+        data = json.loads(safe_files.read_text(run_dir, EVALUATION_FILE, SMALL_FILE_MAX_BYTES))
+    except (OSError, ValueError):
+        return ""
+    name = data.get("dataset_name") if isinstance(data, dict) else None
+    return name[:200] if isinstance(name, str) else ""
+
+
+def read_run_scores(run_dir: Path) -> Scores | None:
+    """An evaluation run's scores (output/predict_results.json), cached by size and mtime."""
+    path = run_dir / OUTPUT_DIR / RESULTS_FILE
+    key = _file_key(path, run_dir)
+    if key is None:
+        return None
+    with _cache_lock:
+        cached = _scores_cache.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    scores = read_scores(run_dir)
+    with _cache_lock:
+        _scores_cache[path] = (key, scores)
+    return scores
+
+
 def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
     """Training time over all attempts. A span is counted once: a resume that failed to
     launch archives the same attempt twice (attempts/2 and attempts/2-2)."""
@@ -374,7 +408,7 @@ def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
 def _prune(root: Path, live_dirs: set[Path]) -> None:
     """Forgets cached reads of this runs directory's runs that are no longer on disk."""
     with _cache_lock:
-        for cache in (_tail_cache, _curve_cache, _attempt_cache, _eval_cache, _settings_cache):
+        for cache in (_tail_cache, _curve_cache, _attempt_cache, _eval_cache, _settings_cache, _scores_cache):
             gone = [p for p in cache if root in p.parents and p not in live_dirs and not any(parent in live_dirs for parent in p.parents)]
             for path in gone:
                 del cache[path]
@@ -391,14 +425,29 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
     now = time.time() if now is None else now
     summaries = []
     live: set[Path] = set()
-    for state in store.list():
+    states = store.list()
+    # Each training run's latest finished evaluation (the list is newest first).
+    evaluated: dict[str, Scores] = {}
+    eval_scores: dict[str, Scores | None] = {}
+    for state in states:
+        if state.kind != "evaluate":
+            continue
+        try:
+            eval_scores[state.id] = scores = read_run_scores(store.run_dir(state.id)) if state.state == "finished" else None
+        except RunNotFound:
+            continue
+        if scores is not None and state.source_run and state.source_run not in evaluated:
+            evaluated[state.source_run] = scores
+    for state in states:
         try:
             run_dir = store.run_dir(state.id)
         except RunNotFound:
             continue  # deleted between the listing and now
         live.add(run_dir)
         tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir)
-        settings = read_settings(run_dir)
+        # An evaluation trains nothing: no learning rate nor length, and its dataset is the
+        # held-out one (its form.json is the trained run's).
+        settings = read_settings(run_dir) if state.kind != "evaluate" else RunSettings(dataset=read_evaluated_dataset(run_dir))
         summaries.append(
             RunSummary(
                 id=state.id,
@@ -419,6 +468,9 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 max_steps=settings.max_steps,
                 dataset=settings.dataset,
                 best_eval_loss=read_best_eval_loss(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir),
+                kind=state.kind,
+                source_run=state.source_run,
+                scores=eval_scores.get(state.id) if state.kind == "evaluate" else evaluated.get(state.id),
             )
         )
     _prune(store.root, live)
@@ -488,6 +540,7 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
             [
                 s.id,
                 s.name,
+                translate(f"eval.kind.{s.kind}", locale),
                 s.preset,
                 short_model(s.model),
                 s.dataset,
@@ -497,6 +550,7 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
                 steps,
                 format_loss(s.last_loss),
                 format_loss(s.best_eval_loss),
+                format_scores(s.scores),
                 format_duration(s.duration_s),
                 format_started(s.created),
             ]
@@ -522,12 +576,14 @@ def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
                 None,
                 None,
                 None,
+                None,
                 s.learning_rate,
                 length,
                 None,
                 s.step,
                 finite(s.last_loss),
                 finite(s.best_eval_loss),
+                None if s.scores is None else finite(s.scores.bleu4),
                 s.duration_s,
                 s.created,
             ]

@@ -235,6 +235,9 @@ def derive_final_state(run_dir: Path) -> tuple[str, str]:
     except (OSError, ValueError, AttributeError):
         pass
     has_weights = any(safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/{name}") for name in ("adapter_model.safetensors", "model.safetensors"))
+    # An evaluation (predict mode) writes no weights: its scores, written last, say it ended.
+    if safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/predict_results.json"):
+        return "finished", "reason.finished_unwatched"
     # The reason is a message id (backend/view.py renders it in the page's language).
     if finished and has_weights:
         return "finished", "reason.finished_unwatched"

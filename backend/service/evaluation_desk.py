@@ -1,15 +1,86 @@
 """The Evaluate tab's questions: predict with a run's adapter on held-out data, and its scores.
-(Scaffold: filled in by the evaluation work.)"""
+
+An evaluation is a run like any other (kind "evaluate" in its state): a run directory with
+its own config.yaml for LLaMA-Factory's predict mode, started by the RunManager under its
+lock (one run at a time) and the same Launcher (warm or cold), so Stop, train.log, the
+failure diagnosis, re-attach after a restart and delete work on it unchanged. Every refusal
+is a Finding returned before anything is made. See docs/evaluate.md.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backend.evaluate.plan import (
+    EVAL_BATCH_DEFAULT,
+    EVAL_BATCH_LIMIT,
+    MAX_NEW_TOKENS_DEFAULT,
+    MAX_NEW_TOKENS_LIMIT,
+    MAX_SAMPLES_DEFAULT,
+    MAX_SAMPLES_LIMIT,
+    VALIDATION_SPLIT,
+    HeldOut,
+    bounded_int,
+    predict_args,
+)
+from backend.evaluate.results import (
+    EVALUATION_FILE,
+    Prediction,
+    PredictProgress,
+    Scores,
+    format_number,
+    read_predictions,
+    read_progress,
+    read_scores,
+)
+from backend.findings import Finding, has_problems
+from backend.i18n import translate
+from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, safe_files
+from backend.runs.artifacts import ADAPTER_FILES
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
     from backend.service.data_desk import DataDesk
     from backend.service.pipeline import ConfigPipeline
-    from backend.service.run_manager import RunManager
+    from backend.service.run_manager import RunManager, StartResult
+
+# The dataset dropdown's values: "split" (the run's validation split), "data:<name>" (a
+# dataset registered on the Data tab), "demo:<name>" (the demo's).
+SPLIT_CHOICE = "split"
+DATA_PREFIX = "data:"
+DEMO_PREFIX = "demo:"
+FINAL_CHECKPOINT = "final"  # the adapter the run ended with, in output/ (never a checkpoint-N name)
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d{1,12})$")
+TABLE_ROWS = 100  # rows of predictions the page shows
+CELL_MAX_CHARS = 300  # one cell as shown (the files keep the whole text)
+# Demo datasets that hold a reference answer (an SFT layout): the others are for pt, dpo, kto.
+DEMO_EVAL_DATASETS = ("demo",)
+
+
+@dataclass(frozen=True)
+class EvaluationView:
+    """One evaluation as the Evaluate tab shows it."""
+
+    run_id: str | None
+    state: str = ""  # RunState.state; "" without an evaluation
+    active: bool = False
+    status: str = ""  # Markdown: the state and progress line, or why it failed
+    scores: str = ""  # Markdown: BLEU-4 and ROUGE
+    rows: list[list[str]] = field(default_factory=list)  # prompt, reference, prediction
+
+
+def _clip(text: str, limit: int = CELL_MAX_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _safe_name(name: str) -> str:
+    """A run name for the evaluation: the source's name, in the characters a run id allows."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
+    return f"eval-{cleaned}"[:60]
 
 
 class EvaluationDesk:
@@ -18,3 +89,265 @@ class EvaluationDesk:
         self.run_manager = run_manager
         self.pipeline = pipeline
         self.data = data
+
+    # --- what can be evaluated, on what ---------------------------------------------------
+
+    def _adapter_in(self, run_dir: Path, folder: str) -> bool:
+        return all(safe_files.is_regular_file(run_dir, f"{folder}/{name}") for name in ADAPTER_FILES)
+
+    def checkpoints(self, run_id: str) -> list[str]:
+        """The adapters of a run: "final" (the one it ended with) first when there is one, then
+        its checkpoint-N folders that hold an adapter, newest first."""
+        try:
+            run_dir = self.store.run_dir(run_id)
+        except RunNotFound:
+            return []
+        found = [FINAL_CHECKPOINT] if self._adapter_in(run_dir, OUTPUT_DIR) else []
+        steps = []
+        for name, _ in safe_files.list_dir(run_dir, OUTPUT_DIR)[:10_000]:
+            matched = CHECKPOINT_PATTERN.match(name)
+            if matched and self._adapter_in(run_dir, f"{OUTPUT_DIR}/{name}"):
+                steps.append((int(matched.group(1)), name))
+        return found + [name for _, name in sorted(steps, reverse=True)]
+
+    def sources(self) -> list[RunState]:
+        """Training runs that ended (finished or stopped) with an adapter, newest first."""
+        return [s for s in self.store.list() if s.kind == "train" and s.state in ("finished", "stopped") and self.checkpoints(s.id)]
+
+    def source_choices(self) -> list[tuple[str, str]]:
+        return [(f"{s.id} · {s.name}" if s.name != s.id else s.id, s.id) for s in self.sources()]
+
+    def checkpoint_choices(self, run_id: str | None, locale: str = "en") -> list[tuple[str, str]]:
+        if not run_id:
+            return []
+        return [(translate("eval.checkpoint.final", locale) if name == FINAL_CHECKPOINT else name, name) for name in self.checkpoints(run_id)]
+
+    def _val_size(self, run_id: str) -> float:
+        value = self.store.read_form(run_id).get("val_size", 0)
+        try:
+            return float(value) if not isinstance(value, bool) else 0.0
+        except (TypeError, ValueError):
+            return 0.0
+
+    @staticmethod
+    def _demo_dir() -> Path:
+        from backend.demo import DEMO_DIR
+
+        return DEMO_DIR / "data"
+
+    def dataset_choices(self, run_id: str | None, locale: str = "en") -> list[tuple[str, str]]:
+        """(label, value) of the held-out data a run can be evaluated on: its validation
+        split when it trained with one, the registered datasets, the demo's."""
+        choices: list[tuple[str, str]] = []
+        if run_id and self._val_size(run_id) > 1e-6:
+            choices.append((translate("eval.dataset.split", locale), SPLIT_CHOICE))
+        for name in self.data.names():
+            if self.data.layout_of(name) != "text":
+                choices.append((translate("eval.dataset.registered", locale, name=name), DATA_PREFIX + name))
+        if (self._demo_dir() / "dataset_info.json").is_file():
+            choices += [(translate("eval.dataset.demo", locale, name=name), DEMO_PREFIX + name) for name in DEMO_EVAL_DATASETS]
+        return choices
+
+    def _held_out(self, choice: str) -> HeldOut | None:
+        if choice == SPLIT_CHOICE:
+            return HeldOut("", VALIDATION_SPLIT)
+        if choice.startswith(DATA_PREFIX) and choice[len(DATA_PREFIX) :] in self.data.names():
+            return HeldOut(str(self.data.folder), choice[len(DATA_PREFIX) :])
+        if choice.startswith(DEMO_PREFIX) and choice[len(DEMO_PREFIX) :] in DEMO_EVAL_DATASETS:
+            return HeldOut(str(self._demo_dir()), choice[len(DEMO_PREFIX) :])
+        return None
+
+    # --- start ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        run_id: str,
+        dataset: str,
+        checkpoint: str = FINAL_CHECKPOINT,
+        max_samples: Any = MAX_SAMPLES_DEFAULT,
+        max_new_tokens: Any = MAX_NEW_TOKENS_DEFAULT,
+    ) -> "StartResult":
+        """Checks the request and starts the evaluation run; every refusal comes back as
+        findings before any run directory is made."""
+        from backend.service.run_manager import StartResult
+
+        findings, prepared = self._prepare(run_id, dataset, checkpoint, max_samples, max_new_tokens)
+        if prepared is None:
+            return StartResult(None, findings)
+        new_id, model, preset, files, env = prepared
+        return self.run_manager.start_evaluation(new_id, _safe_name(self.store.read(run_id).name), model, preset, files, run_id, env, findings)
+
+    def _prepare(self, run_id: Any, dataset: Any, checkpoint: Any, max_samples: Any, max_new_tokens: Any):
+        import yaml
+
+        from backend.config.distributed import form_from_saved
+
+        refuse = lambda *found: (list(found), None)  # noqa: E731
+        try:
+            source = self.store.read(run_id)
+            source_dir = self.store.run_dir(run_id)
+        except (RunNotFound, TypeError):
+            return refuse(Finding.of("evaluate", "eval-run-missing", run_id=str(run_id)[:80]))
+        if source.kind != "train":
+            return refuse(Finding.of("evaluate", "eval-not-trained", run_id=run_id))
+        active = self.run_manager.active_run()
+        if active is not None:
+            return refuse(Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=active.state))
+        checkpoint = checkpoint or FINAL_CHECKPOINT
+        adapters = self.checkpoints(run_id)
+        if not adapters:
+            return refuse(Finding.of("evaluate", "eval-no-adapter", run_id=run_id))
+        if checkpoint not in adapters:
+            return refuse(Finding.of("checkpoint", "eval-checkpoint-missing", run_id=run_id, checkpoint=str(checkpoint)[:80]))
+        samples = bounded_int(max_samples, 1, MAX_SAMPLES_LIMIT)
+        tokens = bounded_int(max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT)
+        numbers = []
+        if samples is None:
+            numbers.append(Finding.of("max_samples", "eval-bad-number", value=str(max_samples)[:40], low=1, high=MAX_SAMPLES_LIMIT))
+        if tokens is None:
+            numbers.append(Finding.of("max_new_tokens", "eval-bad-number", value=str(max_new_tokens)[:40], low=1, high=MAX_NEW_TOKENS_LIMIT))
+        if numbers:
+            return refuse(*numbers)
+        held_out = self._held_out(str(dataset or ""))
+        if held_out is None:
+            return refuse(Finding.of("dataset", "eval-dataset-missing", dataset=str(dataset)[:80]))
+        form = form_from_saved(self.store.read_form(run_id))
+        if held_out.is_split and self._val_size(run_id) <= 1e-6:
+            return refuse(Finding.of("dataset", "eval-no-split", run_id=run_id))
+        model = str(form.get("model_path") or "")
+        if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
+            return refuse(Finding.of("model_path", "eval-base-missing", run_id=run_id, model=model))
+        # The source's form, held out as asked, through the pipeline: its checks (the dataset's
+        # files, the model, the preset) and its environment apply as to a training run.
+        checked_form = {**form, "run_name": _safe_name(source.name)}
+        if not held_out.is_split:
+            checked_form.update(dataset_dir=held_out.dataset_dir, dataset=held_out.name, val_size=0.0, eval_strategy="no", stage="sft", max_samples=samples)
+        config, findings, preset = self.pipeline.parse(checked_form)
+        if has_problems(findings):
+            return findings, None
+        eval_batch = bounded_int(form.get("per_device_eval_batch_size"), 1, EVAL_BATCH_LIMIT) or EVAL_BATCH_DEFAULT
+        adapter_dir = source_dir / OUTPUT_DIR if checkpoint == FINAL_CHECKPOINT else source_dir / OUTPUT_DIR / checkpoint
+        train_args = self.pipeline.run_args(config, None, OUTPUT_DIR)
+        # LLaMA-Factory's own parser on what the predict run will read (with a scratch
+        # output_dir, as for a training run): a refused config leaves no run behind.
+        lf_findings = self.pipeline.lf_cache.findings(predict_args(train_args, str(adapter_dir), held_out, OUTPUT_DIR, samples, tokens, eval_batch))
+        findings = findings + lf_findings
+        if has_problems(findings):
+            return findings, None
+        run_id_new = self.store.new_run_id(_safe_name(source.name))
+        args = predict_args(train_args, str(adapter_dir), held_out, str(self.store.root / run_id_new / OUTPUT_DIR), samples, tokens, eval_batch)
+        request = {
+            "source_run": run_id,
+            "checkpoint": checkpoint,
+            "dataset": str(dataset),
+            "dataset_name": held_out.name if not held_out.is_split else f"{form.get('dataset', '')} · val_size {self._val_size(run_id):g}",
+            "max_samples": None if held_out.is_split else samples,
+            "max_new_tokens": tokens,
+        }
+        files = {
+            CONFIG_FILE: yaml.safe_dump(args, sort_keys=False, allow_unicode=True),
+            # The source's form: the Train tab shows what the adapter was trained with.
+            FORM_FILE: json.dumps(self.store.read_form(run_id), indent=2),
+            EVALUATION_FILE: json.dumps(request, indent=2),
+            LOG_FILE: "",
+        }
+        return findings, (run_id_new, config.model.model_name_or_path, config.hardware.preset, files, dict(config.hardware.env))
+
+    # --- what an evaluation shows ----------------------------------------------------------
+
+    def stop(self, eval_id: str) -> RunState | None:
+        try:
+            state = self.store.read(eval_id)
+        except RunNotFound:
+            return None
+        if state.kind != "evaluate":
+            return state
+        return self.run_manager.stop(eval_id)
+
+    def evaluations_of(self, run_id: str) -> list[RunState]:
+        """The evaluations of training run `run_id`, newest first."""
+        return [s for s in self.store.list() if s.kind == "evaluate" and s.source_run == run_id]
+
+    def table_headers(self, locale: str = "en") -> list[str]:
+        return [translate(f"eval.table.{column}", locale) for column in ("prompt", "reference", "prediction")]
+
+    def latest(self, run_id: str | None = None) -> RunState | None:
+        """The newest evaluation (of `run_id` when given)."""
+        for state in self.store.list():
+            if state.kind == "evaluate" and (run_id is None or state.source_run == run_id):
+                return state
+        return None
+
+    def scores(self, eval_id: str) -> Scores | None:
+        try:
+            return read_scores(self.store.run_dir(eval_id))
+        except RunNotFound:
+            return None
+
+    def predictions(self, eval_id: str, max_rows: int = TABLE_ROWS) -> list[Prediction]:
+        try:
+            return read_predictions(self.store.run_dir(eval_id), max_rows)
+        except RunNotFound:
+            return []
+
+    def progress(self, eval_id: str) -> PredictProgress | None:
+        try:
+            return read_progress(self.store.run_dir(eval_id))
+        except RunNotFound:
+            return None
+
+    def view(self, eval_id: str | None, locale: str = "en") -> EvaluationView:
+        """The evaluation's state, progress, scores and first predictions, as the tab shows them."""
+        from backend import view as words
+
+        if not eval_id:
+            return EvaluationView(None, status=translate("eval.status.none", locale))
+        try:
+            state = self.run_manager.refresh(eval_id)
+        except RunNotFound:
+            return EvaluationView(eval_id, status=translate("eval.status.gone", locale, run_id=words.code_span(eval_id, 140)))
+        run = words.code_span(eval_id, 140)
+        if state.active:
+            progress = self.progress(eval_id)
+            if progress is None:
+                status = translate("eval.status.loading", locale, run_id=run)
+            else:
+                status = translate("eval.status.progress", locale, run_id=run, step=progress.step, total=progress.total)
+            return EvaluationView(eval_id, state.state, True, status)
+        rows = [[_clip(p.prompt), _clip(p.label), _clip(p.predict)] for p in self.predictions(eval_id)]
+        scores = self.scores(eval_id)
+        if state.state == "finished":
+            status = translate("eval.status.finished", locale, run_id=run, rows=len(rows))
+        elif state.state == "stopped":
+            status = translate("eval.status.stopped", locale, run_id=run)
+        else:
+            status = translate("eval.status.failed", locale, run_id=run)
+            cause, fix = self._failure(eval_id, state, locale)
+            if cause:
+                status += f"\n\n**{translate('word.cause', locale)}:** {cause}\n\n**{translate('word.fix', locale)}:** {fix}"
+        return EvaluationView(eval_id, state.state, False, status, scores_markdown(scores, locale), rows)
+
+    def _failure(self, eval_id: str, state: RunState, locale: str) -> tuple[str, str]:
+        from backend.diagnose import summarize_failure
+        from backend.service.monitors import log_tail
+
+        text = log_tail(self.store.run_dir(eval_id), lines=400, max_bytes=400_000)
+        top = summarize_failure(text, state.exit_code).diagnosis
+        return top.text(locale) if top is not None else ("", "")
+
+
+def scores_markdown(scores: Scores | None, locale: str = "en") -> str:
+    if scores is None:
+        return ""
+    return translate(
+        "eval.scores",
+        locale,
+        bleu4=format_number(scores.bleu4),
+        rouge1=format_number(scores.rouge1),
+        rouge2=format_number(scores.rouge2),
+        rougel=format_number(scores.rougel),
+        seconds=format_number(scores.runtime_s),
+    )
+
+
+__all__ = ["EvaluationDesk", "EvaluationView", "MAX_NEW_TOKENS_DEFAULT", "MAX_SAMPLES_DEFAULT", "scores_markdown"]

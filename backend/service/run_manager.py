@@ -142,6 +142,27 @@ class RunManager:
         found = self.pipeline.deepspeed_file(config)
         return {USER_DEEPSPEED_FILE: found.text} if found is not None else {}
 
+    def start_evaluation(
+        self,
+        run_id: str,
+        name: str,
+        model: str,
+        preset: str,
+        files: dict[str, str],
+        source_run: str,
+        env: Mapping[str, str],
+        findings: list[Finding] | None = None,
+    ) -> StartResult:
+        """Creates an evaluation run (kind "evaluate", its files already checked by the
+        EvaluationDesk) and launches it like a trainer, unless another run is active."""
+        findings = list(findings or [])
+        with self._lock:
+            active = self.active_run()
+            if active is not None:
+                return StartResult(None, findings + [Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=active.state)])
+            state = self.store.create(name=name, preset=preset, model=model, files=files, run_id=run_id, kind="evaluate", source_run=source_run)
+            return StartResult(self.launch(state.id, env), findings)
+
     def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Starts the trainer (or `command`, a stand-in in tests) of an existing run, and
         watches it: telemetry samples it, the backend decides about it."""

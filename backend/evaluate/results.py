@@ -1,0 +1,166 @@
+"""What LLaMA-Factory's predict mode writes into `output/`, read bounded and without following
+links (backend/runs/safe_files.py):
+
+- predict_results.json: {"predict_bleu-4": 41.57, "predict_rouge-1": ..., "predict_rouge-2": ...,
+  "predict_rouge-l": ..., "predict_runtime": 0.97, "predict_samples_per_second": ...}; the
+  scores are percentages (0-100), averaged over the predicted rows.
+- generated_predictions.jsonl: one {"prompt", "predict", "label"} object a line.
+- trainer_log.jsonl: LogCallback's progress, every 5 prediction steps (batches):
+  {"current_steps": 5, "total_steps": 71, "percentage": 7.04, ...}.
+
+The `parse_*` functions are pure (tested on files captured from a real run); `read_*` open
+the run's files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.runs import OUTPUT_DIR, safe_files
+from backend.runs.logs import TRAINER_LOG
+
+RESULTS_FILE = "predict_results.json"
+PREDICTIONS_FILE = "generated_predictions.jsonl"
+# The evaluation's request (source run, checkpoint, dataset, limits), beside config.yaml.
+EVALUATION_FILE = "evaluation.json"
+
+RESULTS_MAX_BYTES = 64 * 1024  # a handful of numbers
+PREDICTIONS_READ_BYTES = 4 * 1024 * 1024  # the first rows of a file that may be large
+PROGRESS_TAIL_BYTES = 16 * 1024
+MAX_ROWS = 1000  # read at most; the page shows fewer
+TEXT_MAX_CHARS = 4000  # one prompt / prediction / reference as kept
+
+
+@dataclass(frozen=True)
+class Scores:
+    """LLaMA-Factory's scores of one evaluation, in percent (0-100)."""
+
+    bleu4: float | None
+    rouge1: float | None
+    rouge2: float | None
+    rougel: float | None
+    runtime_s: float | None = None
+    samples_per_second: float | None = None
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"bleu4": self.bleu4, "rouge1": self.rouge1, "rouge2": self.rouge2, "rougel": self.rougel, "runtime_s": self.runtime_s, "samples_per_second": self.samples_per_second}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    prompt: str
+    label: str  # the reference answer from the dataset
+    predict: str  # what the model generated
+
+
+@dataclass(frozen=True)
+class PredictProgress:
+    step: int  # prediction batches done
+    total: int
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def parse_scores(text: str) -> Scores | None:
+    """The scores of a predict_results.json; None when it is not one (no BLEU nor ROUGE)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    scores = Scores(
+        bleu4=_number(data.get("predict_bleu-4")),
+        rouge1=_number(data.get("predict_rouge-1")),
+        rouge2=_number(data.get("predict_rouge-2")),
+        rougel=_number(data.get("predict_rouge-l")),
+        runtime_s=_number(data.get("predict_runtime")),
+        samples_per_second=_number(data.get("predict_samples_per_second")),
+    )
+    if scores.bleu4 is None and scores.rougel is None:
+        return None
+    return scores
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    return text if len(text) <= TEXT_MAX_CHARS else text[:TEXT_MAX_CHARS] + "…"
+
+
+def parse_predictions(data: bytes, max_rows: int = MAX_ROWS) -> list[Prediction]:
+    """The first `max_rows` rows of a generated_predictions.jsonl (or of its first bytes: a
+    last line cut short is left out); lines that are not prediction objects are skipped."""
+    rows: list[Prediction] = []
+    for line in data.split(b"\n"):
+        if len(rows) >= max_rows:
+            break
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(record, dict) or "predict" not in record:
+            continue
+        rows.append(Prediction(_text(record.get("prompt")), _text(record.get("label")), _text(record.get("predict"))))
+    return rows
+
+
+def parse_progress(data: bytes) -> PredictProgress | None:
+    """The last progress line of a trainer_log.jsonl's end (None before the first one)."""
+    for line in reversed(data.split(b"\n")):
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        step, total = record.get("current_steps"), record.get("total_steps")
+        if isinstance(step, int) and isinstance(total, int) and not isinstance(step, bool) and total > 0:
+            return PredictProgress(step, total)
+    return None
+
+
+def format_number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def format_scores(scores: Scores | None) -> str:
+    """"BLEU-4 · ROUGE-L", e.g. "41.6 · 44.9"; "" without scores."""
+    if scores is None:
+        return ""
+    return f"{format_number(scores.bleu4)} · {format_number(scores.rougel)}"
+
+
+# --- reading a run's files ---------------------------------------------------------------
+
+
+def read_scores(run_dir: Path) -> Scores | None:
+    try:
+        return parse_scores(safe_files.read_text(run_dir, f"{OUTPUT_DIR}/{RESULTS_FILE}", RESULTS_MAX_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def read_predictions(run_dir: Path, max_rows: int = MAX_ROWS) -> list[Prediction]:
+    try:
+        with safe_files.opened(run_dir, f"{OUTPUT_DIR}/{PREDICTIONS_FILE}") as handle:
+            data = handle.read(PREDICTIONS_READ_BYTES)
+    except OSError:
+        return []
+    if len(data) == PREDICTIONS_READ_BYTES:
+        data = data[: data.rfind(b"\n") + 1]  # the last line may be cut by the cap
+    return parse_predictions(data, max(0, min(max_rows, MAX_ROWS)))
+
+
+def read_progress(run_dir: Path) -> PredictProgress | None:
+    try:
+        return parse_progress(safe_files.read_tail(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", PROGRESS_TAIL_BYTES))
+    except OSError:
+        return None
