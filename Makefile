@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 7860
 RUNS_DIR ?= runs
 
-.PHONY: run test bench setup setup-test demo clean
+.PHONY: run test bench setup setup-test demo clean gguf
 
 # A Python that already has torch (a ROCm build, the rocm/pytorch image) is reused through
 # --system-site-packages, so its torch is kept rather than replaced by a CUDA build.
@@ -36,7 +36,29 @@ $(VENV)/.test-deps: $(VENV)/.deps requirements-test.txt
 	@touch $@
 
 setup: $(VENV)/.deps
-setup-test: $(VENV)/.test-deps
+setup-test: $(VENV)/.test-deps gguf
+
+# GGUF export needs llama.cpp's converter (convert_hf_to_gguf.py, the conversion/ package it
+# imports, and the gguf-py it puts first on sys.path: newer than PyPI's gguf 0.19.0 although
+# numbered the same; the converter fails with PyPI's). It is on no registry as a package of
+# its own, but the llama-cpp-python source package vendors llama.cpp. Only those files are
+# kept (the sdist, 76 MB, is deleted). `make run` does not need it: the Export page greys out
+# GGUF and the doctor says `make gguf` when it is missing.
+LLAMA_CPP_PY_VERSION ?= 0.3.36
+GGUF_DIR := $(VENV)/share/rocboard/llama.cpp
+$(GGUF_DIR)/.stamp-$(LLAMA_CPP_PY_VERSION): $(VENV)/.deps
+	rm -rf $(GGUF_DIR).tmp && mkdir -p $(GGUF_DIR).tmp
+	$(PIP) download --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_CPP_PY_VERSION) -d $(GGUF_DIR).tmp
+	tar -xzf $(GGUF_DIR).tmp/llama_cpp_python-$(LLAMA_CPP_PY_VERSION).tar.gz -C $(GGUF_DIR).tmp \
+	  llama_cpp_python-$(LLAMA_CPP_PY_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
+	  llama_cpp_python-$(LLAMA_CPP_PY_VERSION)/vendor/llama.cpp/conversion \
+	  llama_cpp_python-$(LLAMA_CPP_PY_VERSION)/vendor/llama.cpp/gguf-py/gguf \
+	  llama_cpp_python-$(LLAMA_CPP_PY_VERSION)/vendor/llama.cpp/LICENSE
+	rm -rf $(GGUF_DIR) && mv $(GGUF_DIR).tmp/llama_cpp_python-$(LLAMA_CPP_PY_VERSION)/vendor/llama.cpp $(GGUF_DIR)
+	rm -rf $(GGUF_DIR).tmp
+	@touch $@
+
+gguf: $(GGUF_DIR)/.stamp-$(LLAMA_CPP_PY_VERSION)
 
 demo: $(VENV)/.deps
 	$(PY) -m backend.demo

@@ -84,6 +84,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a folder whose files the page may register as datasets by path; repeatable "
         "(default: your home folder and the folder the app started in)",
     )
+    parser.add_argument(
+        "--export-root",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder under which the Export tab may write merged models; repeatable "
+        "(default: your home folder and the folder the app started in)",
+    )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     args = parser.parse_args(argv)
     if not 1 <= args.max_upload_mb <= MAX_UPLOAD_MB_LIMIT:
@@ -244,6 +252,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         warm_helper=not args.no_warm_start,
         data_roots=data_roots,
         max_upload_bytes=args.max_upload_mb * MIB,
+        export_roots=[Path(root) for root in args.export_root] if args.export_root else None,
     )
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)

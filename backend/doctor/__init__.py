@@ -132,6 +132,9 @@ class MachineFacts:
     # and its version ("tensorboard 2.20.0"), None when none of its packages is found; found with
     # importlib.util.find_spec, never imported. Empty: not gathered (every tracker missing).
     trackers: Mapping[str, str | None] = field(default_factory=dict)
+    # llama.cpp's GGUF converter (backend/export/gguf_convert.py find_converter): its path, None
+    # when not installed (`make gguf`). Optional: only the Export tab's GGUF needs it.
+    gguf_converter: str | None = None
 
 
 # --- small rules ------------------------------------------------------------------------
@@ -483,6 +486,14 @@ def check_trackers(facts: MachineFacts) -> Check:
     return Check(name, "ok", M("doctor.trackers.some", installed=TRACKER_SEPARATOR.join(found), missing=TRACKER_SEPARATOR.join(missing)), "", "any")
 
 
+def check_gguf_converter(facts: MachineFacts) -> Check:
+    """llama.cpp's GGUF converter for the Export tab: optional, never a problem."""
+    name = M("doctor.name.gguf_converter")
+    if facts.gguf_converter:
+        return Check(name, "ok", M("doctor.gguf.found", path=facts.gguf_converter), "", "any")
+    return Check(name, "ok", M("doctor.gguf.missing"), M("doctor.gguf.fix_install"), "any")
+
+
 CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
     check_torch_build,
     check_gpus_visible,
@@ -498,6 +509,7 @@ CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
     check_liger_kernel,
     check_llamafactory,
     check_trackers,
+    check_gguf_converter,
 )
 
 
@@ -668,7 +680,15 @@ def gather_facts(
         llamafactory_cli=find_llamafactory_cli(),
         versions={name: installed_version(name) for name in VERSIONS_OF_INTEREST},
         trackers=find_trackers(),
+        gguf_converter=_gguf_converter(),
     )
+
+
+def _gguf_converter() -> str | None:
+    from backend.export.gguf_convert import find_converter
+
+    found = find_converter()
+    return str(found) if found is not None else None
 
 
 def find_trackers(find_spec: Callable[[str], Any] = importlib.util.find_spec) -> dict[str, str | None]:
