@@ -1,24 +1,457 @@
 """The Chat tab's questions: load a run's adapter (and its base) into chat servers, stream answers.
-(Scaffold: filled in by the chat work.)"""
+
+One chat session for the whole app: an adapter server (the base model with the run's
+adapter, or one of its checkpoints), optionally a base server beside it (side by side), or
+a base server alone (the command line's --base). Servers are LLaMA-Factory's own API server
+in a child process each (backend/chat/server.py); they stop when the user unloads, when no
+question came for `idle_stop_s`, when a trainer is about to start (RunManager.before_launch),
+and with the app (close). A server that dies is noticed and forgotten.
+
+Everything that can be refused is refused before a process starts, as findings."""
 
 from __future__ import annotations
 
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
+
+from backend.chat.server import ChatServer, GenerationSettings, ServerSpec, StreamBroken
+from backend.findings import Finding
+from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, safe_files
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
     from backend.service.run_manager import RunManager
 
+CHAT_DIR = "chat"  # inside the run: the servers' logs and the memory samples of this session
+SAMPLES_RELATIVE = f"{CHAT_DIR}/samples.jsonl"
+ADAPTER_CONFIG = "adapter_config.json"
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{1,9})$")
+MAX_CHECKPOINTS = 200
+DEFAULT_IDLE_STOP_S = 600.0
+LOAD_TIMEOUT_S = 1800.0  # a 70B model from a slow disk; the page shows the seconds meanwhile
+LOAD_POLL_S = 0.5
+MAX_PROMPT_CHARS = 16_000
+MAX_SYSTEM_CHARS = 8_000
+MAX_HISTORY_MESSAGES = 40
+MAX_HISTORY_CHARS = 64_000
+DIED_GRACE_S = 2.0  # after a broken stream: time for the process to be seen exited
+
+ChatMode = str  # "adapter" | "side_by_side" | "base"
+
+
+@dataclass(frozen=True)
+class ChatStatus:
+    """Where the chat session stands, for the page and the command line."""
+
+    state: str = "unloaded"  # unloaded | refused | loading | ready | failed | idle_stopped | died | stopped
+    run_id: str = ""
+    checkpoint: str = ""  # "" = the run's final adapter
+    mode: ChatMode = "adapter"
+    stages: dict[str, str] = field(default_factory=dict)  # which -> stage (backend/chat/stream.py STAGES)
+    elapsed_s: float = 0.0
+    load_s: float | None = None  # how long the load took, once ready
+    findings: tuple[Finding, ...] = ()
+    idle_minutes: float = 0.0
+
+    @property
+    def side_by_side(self) -> bool:
+        return self.mode == "side_by_side"
+
+
+@dataclass(frozen=True)
+class ChatEvent:
+    """One piece of an answer: `delta` text for column `which`, or an `error` message id
+    (chat.error.*) that ends that column's answer, or `done`."""
+
+    which: str
+    delta: str = ""
+    error: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+
+
+@dataclass
+class _Session:
+    run_id: str
+    checkpoint: str
+    mode: ChatMode
+    run_dir: Path
+    servers: dict[str, ChatServer]
+    started_at: float
+    state: str = "loading"
+    load_s: float | None = None
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+
 
 class ChatDesk:
-    def __init__(self, store: "RunStore", run_manager: "RunManager", export_dir: Path):
+    def __init__(self, store: "RunStore", run_manager: "RunManager | None", export_dir: Path | None = None, idle_stop_s: float = DEFAULT_IDLE_STOP_S):
         self.store = store
         self.run_manager = run_manager
         self.export_dir = export_dir
+        self.idle_stop_s = float(idle_stop_s)
+        self._lock = threading.RLock()
+        self._session: _Session | None = None
+        self._last = ChatStatus()  # what the page shows when no session is there
+        self._sampler_lent = False
+        self._memory_monitor = None
+        self._watchdog: threading.Thread | None = None
+        self._closing = threading.Event()
+
+    # --- what can be chatted with -----------------------------------------------------
+
+    def has_adapter(self, run_id: str, checkpoint: str = "") -> bool:
+        relative = f"{OUTPUT_DIR}/{checkpoint + '/' if checkpoint else ''}{ADAPTER_CONFIG}"
+        try:
+            return safe_files.is_regular_file(self.store.run_dir(run_id), relative)
+        except (OSError, ValueError, RunNotFound):
+            return False
+
+    def chattable_runs(self) -> list[RunState]:
+        """Finished or stopped runs with an adapter, newest first."""
+        runs = [s for s in self.store.list() if not s.active and self.has_adapter(s.id)]
+        return sorted(runs, key=lambda s: s.created, reverse=True)
+
+    def checkpoints(self, run_id: str) -> list[str]:
+        """The run's checkpoint-N folders holding an adapter, by N."""
+        try:
+            entries = safe_files.list_dir(self.store.run_dir(run_id), OUTPUT_DIR)
+        except (OSError, ValueError, RunNotFound):
+            return []
+        found = []
+        for name, _ in entries:
+            match = CHECKPOINT_RE.match(name)
+            if match and self.has_adapter(run_id, name):
+                found.append((int(match.group(1)), name))
+        return [name for _, name in sorted(found)[:MAX_CHECKPOINTS]]
+
+    def _model_of(self, run_id: str) -> tuple[str, str, str]:
+        """(base model path, template, finetuning type) the run trained with (form.json)."""
+        form = self.store.read_form(run_id)
+        model = str(form.get("model_path") or form.get("model_name_or_path") or "")
+        if not model:
+            try:
+                model = self.store.read(run_id).model
+            except (RunNotFound, OSError, ValueError):
+                model = ""
+        return model, str(form.get("template") or "default"), str(form.get("finetuning_type") or "lora")
+
+    def _active_run(self) -> RunState | None:
+        if self.run_manager is not None:
+            return self.run_manager.active_run()
+        from backend.runs.launcher import Launcher
+
+        launcher = Launcher(self.store)
+        for state in self.store.list():
+            if state.active and launcher.refresh(state.id).active:
+                return state
+        return None
+
+    def refusals(self, run_id: str, checkpoint: str = "", mode: ChatMode = "adapter") -> list[Finding]:
+        """Why this load cannot start (nothing is started when the list is not empty)."""
+        try:
+            state = self.store.read(run_id)
+        except (RunNotFound, OSError, ValueError):
+            return [Finding.of("run", "chat-unknown-run", run_id=run_id)]
+        if state.active:
+            return [Finding.of("run", "chat-run-active", run_id=run_id, state=state.state)]
+        active = self._active_run()
+        if active is not None:
+            return [Finding.of("run", "chat-gpu-busy", run_id=active.id)]
+        findings = []
+        if checkpoint and (not CHECKPOINT_RE.match(checkpoint) or checkpoint not in self.checkpoints(run_id)):
+            findings.append(Finding.of("checkpoint", "chat-unknown-checkpoint", run_id=run_id, checkpoint=checkpoint))
+        elif mode != "base" and not self.has_adapter(run_id, checkpoint):
+            findings.append(Finding.of("run", "chat-no-adapter", run_id=run_id, folder=f"{OUTPUT_DIR}/{checkpoint}".rstrip("/")))
+        model, _, _ = self._model_of(run_id)
+        if not model:
+            findings.append(Finding.of("model", "chat-base-missing", run_id=run_id, model=FORM_FILE))
+        elif (model.startswith(("/", ".", "~")) or Path(model).exists()) and not Path(model).expanduser().is_dir():
+            findings.append(Finding.of("model", "chat-base-missing", run_id=run_id, model=model))
+        return findings
+
+    # --- load, unload ------------------------------------------------------------------
+
+    def status(self) -> ChatStatus:
+        with self._lock:
+            session = self._session
+            if session is None:
+                return self._last
+            now = time.monotonic()
+            return ChatStatus(
+                state=session.state,
+                run_id=session.run_id,
+                checkpoint=session.checkpoint,
+                mode=session.mode,
+                stages={which: server.stage() for which, server in session.servers.items()},
+                elapsed_s=now - session.started_at,
+                load_s=session.load_s,
+            )
+
+    def load(
+        self,
+        run_id: str,
+        checkpoint: str | None = None,
+        side_by_side: bool = False,
+        base_only: bool = False,
+        timeout_s: float = LOAD_TIMEOUT_S,
+    ) -> Iterator[ChatStatus]:
+        """Starts the servers and yields the load's progress until ready, failed or refused
+        (the last status says which). Whatever was loaded before is stopped first."""
+        checkpoint = checkpoint or ""
+        mode: ChatMode = "base" if base_only else ("side_by_side" if side_by_side else "adapter")
+        findings = self.refusals(run_id, checkpoint, mode)
+        if findings:
+            refused = ChatStatus(state="refused", run_id=run_id, checkpoint=checkpoint, mode=mode, findings=tuple(findings))
+            with self._lock:
+                if self._session is None:
+                    self._last = refused
+            yield refused
+            return
+        session = self._start(run_id, checkpoint, mode)
+        yield self.status()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            time.sleep(LOAD_POLL_S)
+            with self._lock:
+                if self._session is not session:  # unloaded, stopped or replaced meanwhile
+                    current = self.status()
+                    yield current if current.state != "unloaded" else replace(current, state="stopped", run_id=run_id)
+                    return
+                failed = self._failure_of(session, timed_out=time.monotonic() > deadline)
+                if failed is not None:
+                    elapsed = time.monotonic() - session.started_at
+                    self._end(session, "failed")
+                    self._last = ChatStatus(state="failed", run_id=run_id, checkpoint=checkpoint, mode=mode, elapsed_s=elapsed, findings=(failed,))
+                    yield self._last
+                    return
+            if all(server.answers() for server in session.servers.values()):
+                with self._lock:
+                    if self._session is session:
+                        session.state = "ready"
+                        session.load_s = time.monotonic() - session.started_at
+                        session.last_used = time.monotonic()
+                        self._start_watchdog()
+                yield self.status()
+                return
+            yield self.status()
+
+    def _start(self, run_id: str, checkpoint: str, mode: ChatMode) -> _Session:
+        run_dir = self.store.run_dir(run_id)
+        model, template, finetuning_type = self._model_of(run_id)
+        adapter = str(run_dir / OUTPUT_DIR / checkpoint) if checkpoint else str(run_dir / OUTPUT_DIR)
+        safe_files.make_dir(run_dir, CHAT_DIR)
+        safe_files.write_atomic(run_dir, SAMPLES_RELATIVE, b"")
+        wanted = {"adapter": ServerSpec(model, template, adapter, finetuning_type)} if mode != "base" else {}
+        if mode in ("side_by_side", "base"):
+            wanted["base"] = ServerSpec(model, template)
+        with self._lock:
+            # One chat session for the app: the one before ends first, in the same critical
+            # section, so two loads at once cannot leave a server nobody owns.
+            if self._session is not None:
+                self._end(self._session, "stopped")
+            servers: dict[str, ChatServer] = {}
+            try:
+                for which, spec in wanted.items():
+                    servers[which] = ChatServer.start(which, spec, run_dir, f"{CHAT_DIR}/{which}.log")
+            except BaseException:
+                for server in servers.values():
+                    server.stop()
+                raise
+            session = _Session(run_id, checkpoint, mode, run_dir, servers, time.monotonic())
+            self._session = session
+            first = next(iter(servers.values()))
+            self._memory_monitor = None
+            if self.run_manager is not None:
+                self._sampler_lent = self.run_manager.lend_sampler(run_dir / SAMPLES_RELATIVE, first.pid)
+            return session
+
+    def _failure_of(self, session: _Session, timed_out: bool) -> Finding | None:
+        for which, server in session.servers.items():
+            if server.alive():
+                continue
+            failure = server.failure()
+            log = str(session.run_dir / CHAT_DIR / f"{which}.log")
+            if failure is not None and failure.kind == "oom":
+                return Finding.of("model", "chat-load-oom", which=which, line=failure.line, log=log)
+            return Finding.of("model", "chat-load-failed", which=which, line=failure.line if failure else "", log=log)
+        if timed_out:
+            return Finding.of("model", "chat-load-timeout", seconds=round(time.monotonic() - session.started_at))
+        return None
+
+    def _end(self, session: _Session, state: str) -> None:
+        """Stops the session's servers (under the lock) and forgets it."""
+        for server in session.servers.values():
+            server.stop()
+        if self._session is session:
+            self._session = None
+            if self._sampler_lent and self.run_manager is not None:
+                self.run_manager.lend_sampler(None, None)
+            self._sampler_lent = False
+        self._last = ChatStatus(state=state, run_id=session.run_id, checkpoint=session.checkpoint, mode=session.mode, idle_minutes=self.idle_stop_s / 60)
+
+    def unload(self) -> ChatStatus:
+        with self._lock:
+            session = self._session
+            if session is not None:
+                self._end(session, "stopped")
+            self._last = ChatStatus()
+            return self._last
 
     def stop_all(self) -> None:
         """Stops every chat server (another run needs the GPU, or the app stops)."""
+        with self._lock:
+            session = self._session
+            if session is not None:
+                self._end(session, "stopped")
 
     def close(self) -> None:
+        self._closing.set()
         self.stop_all()
+
+    # --- idle stop, dead servers --------------------------------------------------------
+
+    def _start_watchdog(self) -> None:
+        if self._watchdog is not None and self._watchdog.is_alive():
+            return
+        self._watchdog = threading.Thread(target=self._watch, name="rocboard-chat-idle", daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        interval = max(0.2, min(5.0, self.idle_stop_s / 5))
+        while not self._closing.wait(interval):
+            with self._lock:
+                session = self._session
+                if session is None:
+                    return
+                if session.state != "ready":
+                    continue
+                if any(not server.alive() for server in session.servers.values()):
+                    self._end(session, "died")
+                elif session.busy == 0 and time.monotonic() - session.last_used > self.idle_stop_s:
+                    self._end(session, "idle_stopped")
+
+    # --- questions ----------------------------------------------------------------------
+
+    def ask(
+        self,
+        prompt: str,
+        system: str = "",
+        settings: GenerationSettings | None = None,
+        history: list[dict[str, Any]] | None = None,
+        base_history: list[dict[str, Any]] | None = None,
+    ) -> Iterator[ChatEvent]:
+        """Streams the answer(s) to `prompt`: ChatEvents of the adapter's column, and the
+        base's beside it when side by side, interleaved as they arrive; then a `done` event."""
+        settings = (settings or GenerationSettings()).bounded()
+        with self._lock:
+            session = self._session
+            if session is None or session.state != "ready":
+                state = session.state if session is not None else self._last.state
+                error = "chat.error.loading" if state == "loading" else "chat.error.not_loaded"
+                yield ChatEvent("adapter", error=error)
+                yield ChatEvent("adapter", done=True)
+                return
+            session.busy += 1
+            session.last_used = time.monotonic()
+        try:
+            histories = {"adapter": history, "base": base_history if session.mode == "side_by_side" else history}
+            jobs = {which: (server, build_messages(prompt, system, histories[which])) for which, server in session.servers.items()}
+            events: queue.Queue[ChatEvent] = queue.Queue(maxsize=1024)
+            cancelled = threading.Event()
+            threads = [
+                threading.Thread(target=self._answer, args=(session, which, server, messages, settings, events, cancelled), daemon=True)
+                for which, (server, messages) in jobs.items()
+            ]
+            for thread in threads:
+                thread.start()
+            finished = 0
+            try:
+                while finished < len(threads):
+                    event = events.get()
+                    if event.done:
+                        finished += 1
+                        continue
+                    yield event
+            finally:
+                cancelled.set()
+            yield ChatEvent("adapter", done=True)
+        finally:
+            with self._lock:
+                session.busy -= 1
+                session.last_used = time.monotonic()
+
+    def _answer(self, session: _Session, which: str, server: ChatServer, messages, settings, events: "queue.Queue[ChatEvent]", cancelled: threading.Event) -> None:
+        def put(event: ChatEvent) -> None:
+            while not cancelled.is_set():
+                try:
+                    events.put(event, timeout=0.5)
+                    return
+                except queue.Full:
+                    continue
+
+        try:
+            for delta in server.stream(messages, settings, cancelled.is_set):
+                with self._lock:
+                    session.last_used = time.monotonic()
+                put(ChatEvent(which, delta=delta))
+        except StreamBroken as broken:
+            deadline = time.monotonic() + DIED_GRACE_S
+            while server.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not server.alive():
+                with self._lock:
+                    if self._session is session:
+                        self._end(session, "died")
+                put(ChatEvent(which, error="chat.error.died"))
+            else:
+                put(ChatEvent(which, error="chat.error.cut", params={"detail": str(broken)[:300]}))
+        finally:
+            put(ChatEvent(which, done=True))
+
+    # --- memory -------------------------------------------------------------------------
+
+    def memory_series(self) -> list:
+        """The chat server's memory readings (the app's sampler, lent to the server), as the
+        run panel's memory chart draws them."""
+        from backend.service.monitors import RunMonitor
+
+        with self._lock:
+            session = self._session
+            if session is None or not self._sampler_lent:
+                return []
+            if self._memory_monitor is None or self._memory_monitor.run_dir != session.run_dir / CHAT_DIR:
+                self._memory_monitor = RunMonitor(session.run_dir / CHAT_DIR)
+            monitor = self._memory_monitor
+        monitor.poll()
+        return list(monitor.memory.values())
+
+
+def build_messages(prompt: str, system: str = "", history: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
+    """The request's messages: the system prompt, the last turns of the history (bounded),
+    the new prompt. Only user and assistant turns with text are kept."""
+    cleaned: list[dict[str, str]] = []
+    for message in (history or [])[-MAX_HISTORY_MESSAGES:]:
+        if not isinstance(message, dict) or message.get("metadata"):
+            continue
+        role, content = message.get("role"), message.get("content")
+        if role in ("user", "assistant") and isinstance(content, str) and content:
+            cleaned.append({"role": role, "content": content})
+    # LLaMA-Factory takes user, assistant, user, ... : only whole question-answer pairs are kept
+    # (a question whose answer was stopped or broken is left out).
+    turns: list[dict[str, str]] = []
+    for first, second in zip(cleaned, cleaned[1:]):
+        if first["role"] == "user" and second["role"] == "assistant" and (not turns or turns[-1] is not first):
+            turns += [first, second]
+    while turns and sum(len(t["content"]) for t in turns) > MAX_HISTORY_CHARS:
+        del turns[:2]
+    messages = [{"role": "system", "content": system[:MAX_SYSTEM_CHARS]}] if system.strip() else []
+    return messages + turns + [{"role": "user", "content": prompt[:MAX_PROMPT_CHARS]}]
+
+
+__all__ = ["ChatDesk", "ChatEvent", "ChatStatus", "DEFAULT_IDLE_STOP_S", "GenerationSettings", "build_messages"]
