@@ -1,9 +1,11 @@
-"""RocBoard's command line: serve the page (default), or check / telemetry / doctor.
+"""RocBoard's command line: serve the page (default), or check / telemetry / doctor / chat / export.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--runs-dir runs] [--auth USER:PASSWORD] [--no-warm-start]
     python app.py check FILE.yaml [--preset NAME] [--fix]
     python app.py telemetry [--json] [--sysfs-root DIR]
     python app.py doctor [--json]
+    python app.py chat RUN_ID [--prompt TEXT] [--base] ...      (a prompt in, an answer out)
+    python app.py export RUN_ID --to DIR [--gguf f16|q8_0] ...  (merge the adapter into its base)
 
 This file only parses arguments and hands over to ui/ (serve) or backend/ (the rest).
 """

@@ -32,11 +32,11 @@ def status_markdown(status: "ChatStatus", locale: str = "en") -> str:
     """The status line (and the findings, when refused or failed)."""
     if status.state == "loading":
         stages = ", ".join(f"{t(f'chat.which.{which}', locale)} · {t(f'chat.stage.{stage}', locale)}" for which, stage in status.stages.items())
-        return "⏳ " + t("chat.status.loading", locale, what=_what(status, locale), run_id=status.run_id, stages=stages, seconds=f"{status.elapsed_s:.0f}")
+        return "… " + t("chat.status.loading", locale, what=_what(status, locale), run_id=status.run_id, stages=stages, seconds=f"{status.elapsed_s:.0f}")
     if status.state == "ready":
-        return "✅ " + t("chat.status.ready", locale, what=_what(status, locale), run_id=status.run_id, seconds=f"{status.load_s or 0:.1f}")
+        return "✓ " + t("chat.status.ready", locale, what=_what(status, locale), run_id=status.run_id, seconds=f"{status.load_s or 0:.1f}")
     if status.state in ("refused", "failed"):
-        lines = [("⛔ " if status.state == "refused" else "❌ ") + t(f"chat.status.{status.state}", locale)]
+        lines = ["✗ " + t(f"chat.status.{status.state}", locale)]
         for finding in status.findings:
             problem, fix = finding.text(locale)
             lines.append(f"- {shown(problem)} {shown(fix)}")  # a log line may hold anything
