@@ -221,7 +221,7 @@ def test_refusals_start_nothing(chat_runs, tmp_path):
             shutil.rmtree(runs / active_id)
         assert len(chat_servers(runs)) == before
         assert no_adapter not in [r.id for r in desk.chattable_runs()]
-        assert desk.checkpoints(run_id) == ["checkpoint-50", "checkpoint-100"]
+        assert desk.checkpoints(run_id) == ["checkpoint-100", "checkpoint-50"]
     finally:
         shutil.rmtree(runs / no_adapter, ignore_errors=True)
         shutil.rmtree(runs / gone_base, ignore_errors=True)

@@ -79,3 +79,32 @@ def test_no_adapter_yet(tmp_path):
     (run_dir / "output" / "adapter_config.json").unlink()
     with pytest.raises(NoAdapter):
         build_adapter_zip(run_dir)
+
+
+def test_the_adapters_a_run_offers_chat_evaluate_and_export(tmp_path):
+    """One listing serves the three tabs: the final adapter, checkpoint-N folders that hold
+    one (highest step first), never a planted link or a name outside output/."""
+    from backend.runs.artifacts import adapter_checkpoints, adapter_folder, has_adapter_at, runs_with_adapters
+
+    run_dir = adapter_run(tmp_path)
+    out = run_dir / "output"
+    for step in (50, 100, 7):
+        (out / f"checkpoint-{step}").mkdir()
+        (out / f"checkpoint-{step}" / "adapter_model.safetensors").write_bytes(b"w")
+        (out / f"checkpoint-{step}" / "adapter_config.json").write_text("{}")
+    (out / "checkpoint-200").mkdir()  # a checkpoint without an adapter (full fine-tuning, or cut short)
+    os.symlink(out / "checkpoint-50", out / "checkpoint-300")  # a link is not a checkpoint
+    assert adapter_checkpoints(run_dir) == ["checkpoint-100", "checkpoint-50", "checkpoint-7"]
+    assert has_adapter_at(run_dir) and has_adapter_at(run_dir, "checkpoint-7")
+    for hostile in ("../output", "checkpoint-1/../..", "/etc", "checkpoint-", "checkpoint-300/.."):
+        assert adapter_folder(hostile) is None and not has_adapter_at(run_dir, hostile)
+    assert not has_adapter_at(run_dir, "checkpoint-200") and not has_adapter_at(run_dir, "checkpoint-300")
+
+    store = RunStore(tmp_path / "runs")
+    assert runs_with_adapters(store) == []  # still starting: not offered while it may train
+    store.update(run_dir.name, state="finished")
+    assert [s.id for s in runs_with_adapters(store)] == [run_dir.name]
+    (out / "adapter_config.json").unlink()  # only checkpoints left: still offered
+    assert [s.id for s in runs_with_adapters(store)] == [run_dir.name]
+    store.update(run_dir.name, kind="evaluate")  # an evaluation's folder is never a source
+    assert runs_with_adapters(store) == []

@@ -43,7 +43,8 @@ import yaml
 from backend.config.paths import path_problem
 from backend.export import gguf_convert as gguf_tools
 from backend.findings import Finding
-from backend.runs import OUTPUT_DIR, RunNotFound, RunStore, safe_files
+from backend.runs import RunNotFound, RunStore, safe_files
+from backend.runs import artifacts
 from backend.runs.launcher import OFFLINE_ENV, llamafactory_cli
 from backend.security.child_env import child_env
 
@@ -52,8 +53,6 @@ MIB = 1024**2
 SHARD_GB_RANGE = (1, 100)
 DEVICES = ("cpu", "auto")
 GGUF_CHOICES = ("none", "f16", "q8_0")
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-([0-9]{1,9})$")
 STAGING_PREFIX = "."
 STAGING_MARK = ".rocboard-export-"
 MODEL_SUBDIR = "model"  # inside the staging folder: becomes the target
@@ -178,37 +177,9 @@ def size_text(size: float) -> str:
 # --- the run and its adapter ----------------------------------------------------------------------
 
 
-def _has_adapter_at(run_dir: Path, relative: str) -> bool:
-    return all(safe_files.is_regular_file(run_dir, f"{relative}/{name}") for name in ADAPTER_FILES)
-
-
-def checkpoints_of(run_dir: Path) -> list[str]:
-    """The run's checkpoint-N folders that hold an adapter, highest step first."""
-    try:
-        entries = safe_files.list_dir(run_dir, OUTPUT_DIR)
-    except OSError:
-        return []
-    found = []
-    for name, info in entries:
-        match = CHECKPOINT_PATTERN.match(name)
-        if match and stat.S_ISDIR(info.st_mode) and _has_adapter_at(run_dir, f"{OUTPUT_DIR}/{name}"):
-            found.append((int(match.group(1)), name))
-    return [name for _, name in sorted(found, reverse=True)]
-
-
-def exportable_runs(store: RunStore, limit: int = 200) -> list[str]:
-    """Runs that are not active and hold an adapter (final or a checkpoint), newest first."""
-    found = []
-    for state in store.list()[:limit]:
-        if state.active:
-            continue
-        try:
-            run_dir = store.run_dir(state.id)
-        except RunNotFound:
-            continue
-        if _has_adapter_at(run_dir, OUTPUT_DIR) or checkpoints_of(run_dir):
-            found.append(state.id)
-    return found
+def exportable_runs(store: RunStore) -> list[str]:
+    """Training runs that are not running and hold an adapter (final or a checkpoint's), newest first."""
+    return [state.id for state in artifacts.runs_with_adapters(store)]
 
 
 def resolve_base(name: str) -> Path | None:
@@ -424,10 +395,10 @@ def plan_export(
     if request.gguf not in GGUF_CHOICES:
         return None, [Finding.of("gguf", "export-gguf-invalid", value=repr(request.gguf)[:40])]
     checkpoint = request.checkpoint or ""
-    if checkpoint and not CHECKPOINT_PATTERN.match(checkpoint):
+    relative = artifacts.adapter_folder(checkpoint)
+    if relative is None:
         return None, [Finding.of("checkpoint", "export-no-adapter", run=request.run_id, where=repr(checkpoint[:40]))]
-    relative = f"{OUTPUT_DIR}/{checkpoint}" if checkpoint else OUTPUT_DIR
-    if not _has_adapter_at(run_dir, relative):
+    if not artifacts.has_adapter_at(run_dir, checkpoint):
         return None, [Finding.of("checkpoint", "export-no-adapter", run=request.run_id, where=relative)]
     form = store.read_form(request.run_id)
     if form.get("finetuning_type", "lora") != "lora":

@@ -13,14 +13,19 @@ never written through.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import time
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.runs import safe_files
 from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR
+
+if TYPE_CHECKING:
+    from backend.runs import RunState, RunStore
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 # A model directory has a tokenizer when it holds any one of these (backend.config.checks asks that
@@ -34,6 +39,12 @@ TOKENIZER_COMPANION_FILES = (
     "added_tokens.json",
     "generation_config.json",
 )
+
+
+# The folders LLaMA-Factory saves a checkpoint's adapter in (output/checkpoint-<step>); any other
+# name a page or a command line sends is refused, so it can never name a path elsewhere.
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-([0-9]{1,9})$")
+MAX_CHECKPOINTS = 200  # offered per run (a run saving every step would list thousands)
 
 
 class NoAdapter(FileNotFoundError):
@@ -51,6 +62,54 @@ def _packable(run_dir: Path, relative: str) -> os.stat_result | None:
 
 def has_adapter(run_dir: Path) -> bool:
     return all(_packable(run_dir, f"{OUTPUT_DIR}/{name}") is not None for name in ADAPTER_FILES)
+
+
+def adapter_folder(checkpoint: str) -> str | None:
+    """The adapter's folder inside a run: output/ for the final adapter (checkpoint ""), or
+    output/checkpoint-N; None for any other name."""
+    if not checkpoint:
+        return OUTPUT_DIR
+    return f"{OUTPUT_DIR}/{checkpoint}" if isinstance(checkpoint, str) and CHECKPOINT_PATTERN.match(checkpoint) else None
+
+
+def has_adapter_at(run_dir: Path, checkpoint: str = "") -> bool:
+    """Whether the final adapter ("") or checkpoint-N's is there to load: both its files
+    regular files, reached without following a link (what chat, evaluate and export need;
+    the archive asks more of them, see has_adapter)."""
+    folder = adapter_folder(checkpoint)
+    return folder is not None and all(safe_files.is_regular_file(run_dir, f"{folder}/{name}") for name in ADAPTER_FILES)
+
+
+def adapter_checkpoints(run_dir: Path) -> list[str]:
+    """The run's checkpoint-N folders that hold an adapter, highest step first."""
+    try:
+        entries = safe_files.list_dir(run_dir, OUTPUT_DIR)
+    except (OSError, ValueError):
+        return []
+    steps = []
+    for name, info in entries:
+        match = CHECKPOINT_PATTERN.match(name)
+        if match and stat.S_ISDIR(info.st_mode) and has_adapter_at(run_dir, name):
+            steps.append((int(match.group(1)), name))
+    return [name for _, name in sorted(steps, reverse=True)[:MAX_CHECKPOINTS]]
+
+
+def runs_with_adapters(store: "RunStore", limit: int = 500) -> list["RunState"]:
+    """Training runs that are not running and hold an adapter (the final one or a
+    checkpoint's), newest first: what the Chat, Evaluate and Export tabs offer."""
+    from backend.runs import RunNotFound
+
+    found = []
+    for state in store.list()[:limit]:
+        if state.active or state.kind != "train":
+            continue
+        try:
+            run_dir = store.run_dir(state.id)
+        except RunNotFound:
+            continue
+        if has_adapter_at(run_dir) or adapter_checkpoints(run_dir):
+            found.append(state)
+    return found
 
 
 def adapter_members(run_dir: Path) -> list[tuple[str, str]]:

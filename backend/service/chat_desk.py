@@ -12,7 +12,6 @@ Everything that can be refused is refused before a process starts, as findings."
 from __future__ import annotations
 
 import queue
-import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from backend.chat.server import ChatServer, GenerationSettings, ServerSpec, StreamBroken
 from backend.findings import Finding
 from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, safe_files
+from backend.runs import artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 CHAT_DIR = "chat"  # inside the run: the servers' logs and the memory samples of this session
 SAMPLES_RELATIVE = f"{CHAT_DIR}/samples.jsonl"
-ADAPTER_CONFIG = "adapter_config.json"
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{1,9})$")
-MAX_CHECKPOINTS = 200
 DEFAULT_IDLE_STOP_S = 600.0
 LOAD_TIMEOUT_S = 1800.0  # a 70B model from a slow disk; the page shows the seconds meanwhile
 LOAD_POLL_S = 0.5
@@ -106,29 +103,21 @@ class ChatDesk:
     # --- what can be chatted with -----------------------------------------------------
 
     def has_adapter(self, run_id: str, checkpoint: str = "") -> bool:
-        relative = f"{OUTPUT_DIR}/{checkpoint + '/' if checkpoint else ''}{ADAPTER_CONFIG}"
         try:
-            return safe_files.is_regular_file(self.store.run_dir(run_id), relative)
-        except (OSError, ValueError, RunNotFound):
+            return artifacts.has_adapter_at(self.store.run_dir(run_id), checkpoint)
+        except RunNotFound:
             return False
 
     def chattable_runs(self) -> list[RunState]:
-        """Finished or stopped runs with an adapter, newest first."""
-        runs = [s for s in self.store.list() if not s.active and self.has_adapter(s.id)]
-        return sorted(runs, key=lambda s: s.created, reverse=True)
+        """Ended training runs with an adapter (final or a checkpoint's), newest first."""
+        return artifacts.runs_with_adapters(self.store)
 
     def checkpoints(self, run_id: str) -> list[str]:
-        """The run's checkpoint-N folders holding an adapter, by N."""
+        """The run's checkpoint-N folders holding an adapter, highest step first."""
         try:
-            entries = safe_files.list_dir(self.store.run_dir(run_id), OUTPUT_DIR)
-        except (OSError, ValueError, RunNotFound):
+            return artifacts.adapter_checkpoints(self.store.run_dir(run_id))
+        except RunNotFound:
             return []
-        found = []
-        for name, _ in entries:
-            match = CHECKPOINT_RE.match(name)
-            if match and self.has_adapter(run_id, name):
-                found.append((int(match.group(1)), name))
-        return [name for _, name in sorted(found)[:MAX_CHECKPOINTS]]
 
     def _model_of(self, run_id: str) -> tuple[str, str, str]:
         """(base model path, template, finetuning type) the run trained with (form.json)."""
@@ -164,7 +153,7 @@ class ChatDesk:
         if active is not None:
             return [Finding.of("run", "chat-gpu-busy", run_id=active.id)]
         findings = []
-        if checkpoint and (not CHECKPOINT_RE.match(checkpoint) or checkpoint not in self.checkpoints(run_id)):
+        if checkpoint and (artifacts.adapter_folder(checkpoint) is None or checkpoint not in self.checkpoints(run_id)):
             findings.append(Finding.of("checkpoint", "chat-unknown-checkpoint", run_id=run_id, checkpoint=checkpoint))
         elif mode != "base" and not self.has_adapter(run_id, checkpoint):
             findings.append(Finding.of("run", "chat-no-adapter", run_id=run_id, folder=f"{OUTPUT_DIR}/{checkpoint}".rstrip("/")))

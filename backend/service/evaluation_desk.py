@@ -39,8 +39,8 @@ from backend.evaluate.results import (
 )
 from backend.findings import Finding, has_problems
 from backend.i18n import translate
-from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, safe_files
-from backend.runs.artifacts import ADAPTER_FILES
+from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState
+from backend.runs import artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -54,7 +54,6 @@ SPLIT_CHOICE = "split"
 DATA_PREFIX = "data:"
 DEMO_PREFIX = "demo:"
 FINAL_CHECKPOINT = "final"  # the adapter the run ended with, in output/ (never a checkpoint-N name)
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d{1,12})$")
 TABLE_ROWS = 100  # rows of predictions the page shows
 CELL_MAX_CHARS = 300  # one cell as shown (the files keep the whole text)
 # Demo datasets that hold a reference answer (an SFT layout): the others are for pt, dpo, kto.
@@ -92,9 +91,6 @@ class EvaluationDesk:
 
     # --- what can be evaluated, on what ---------------------------------------------------
 
-    def _adapter_in(self, run_dir: Path, folder: str) -> bool:
-        return all(safe_files.is_regular_file(run_dir, f"{folder}/{name}") for name in ADAPTER_FILES)
-
     def checkpoints(self, run_id: str) -> list[str]:
         """The adapters of a run: "final" (the one it ended with) first when there is one, then
         its checkpoint-N folders that hold an adapter, newest first."""
@@ -102,17 +98,11 @@ class EvaluationDesk:
             run_dir = self.store.run_dir(run_id)
         except RunNotFound:
             return []
-        found = [FINAL_CHECKPOINT] if self._adapter_in(run_dir, OUTPUT_DIR) else []
-        steps = []
-        for name, _ in safe_files.list_dir(run_dir, OUTPUT_DIR)[:10_000]:
-            matched = CHECKPOINT_PATTERN.match(name)
-            if matched and self._adapter_in(run_dir, f"{OUTPUT_DIR}/{name}"):
-                steps.append((int(matched.group(1)), name))
-        return found + [name for _, name in sorted(steps, reverse=True)]
+        return ([FINAL_CHECKPOINT] if artifacts.has_adapter_at(run_dir) else []) + artifacts.adapter_checkpoints(run_dir)
 
     def sources(self) -> list[RunState]:
-        """Training runs that ended (finished or stopped) with an adapter, newest first."""
-        return [s for s in self.store.list() if s.kind == "train" and s.state in ("finished", "stopped") and self.checkpoints(s.id)]
+        """Training runs that ended with an adapter (final or a checkpoint's), newest first."""
+        return artifacts.runs_with_adapters(self.store)
 
     def source_choices(self) -> list[tuple[str, str]]:
         return [(f"{s.id} · {s.name}" if s.name != s.id else s.id, s.id) for s in self.sources()]

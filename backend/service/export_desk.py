@@ -21,7 +21,6 @@ from backend.export.merge import (
     ExportJob,
     ExportProgress,
     ExportRequest,
-    checkpoints_of,
     exportable_runs,
     plan_export,
     size_text,
@@ -29,6 +28,7 @@ from backend.export.merge import (
 from backend.findings import Finding
 from backend.i18n import render_message
 from backend.runs import RunNotFound
+from backend.runs import artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -60,7 +60,7 @@ class ExportDesk:
 
     def checkpoints(self, run_id: str | None) -> list[str]:
         try:
-            return checkpoints_of(self.store.run_dir(run_id)) if run_id else []
+            return artifacts.adapter_checkpoints(self.store.run_dir(run_id)) if run_id else []
         except RunNotFound:
             return []
 
