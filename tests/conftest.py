@@ -57,6 +57,24 @@ def chromium():
         yield browser
 
 
+@pytest.fixture
+def page_of(chromium, app_server):
+    """Opens tabs on the module's app (its `app_server`, which a module may override) and
+    closes them after the test: `page_of(locale="en-US", editable=True)`."""
+    from tests.test_browser_app import open_page
+
+    contexts = []
+
+    def opener(locale: str = "en-US", editable: bool = True):
+        context, page = open_page(chromium, app_server, locale, editable)
+        contexts.append(context)
+        return page
+
+    yield opener
+    for context in contexts:
+        context.close()
+
+
 @pytest.fixture(scope="module")
 def app_server(demo_assets, tmp_path_factory):
     """One app per test module, on a free loopback port with its own runs dir."""

@@ -150,21 +150,6 @@ def processes_in(run_dir: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def page_of(chromium, app_server):
-    """Opens tabs on the module's app and closes them after the test."""
-    contexts = []
-
-    def opener(locale: str = "en-US", editable: bool = True):
-        context, page = open_page(chromium, app_server, locale, editable)
-        contexts.append(context)
-        return page
-
-    yield opener
-    for context in contexts:
-        context.close()
-
-
 # --- form checks: nothing starts ----------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from backend.chat.server import WORKER_MARK
 from backend.i18n import translate
 from tests.harness import AppServer, copy_run, wait_until
 from tests.test_browser_zh import english_in, english_words, stray_english, visible_text
-from tests.test_browser_app import RUN_TIMEOUT_S, UI_TIMEOUT_MS, fill, open_page, run_ids, shoot, text_of, wait_for_new_run, wait_for_text, wait_until_idle
+from tests.test_browser_app import RUN_TIMEOUT_S, UI_TIMEOUT_MS, fill, run_ids, shoot, text_of, wait_for_new_run, wait_for_text, wait_until_idle
 
 pytestmark = pytest.mark.browser
 
@@ -49,20 +49,6 @@ def app_server(demo_assets, trained_demo_run, tmp_path_factory):
         server.stop()
         for process in chat_servers(server):
             process.kill()
-
-
-@pytest.fixture
-def page_of(chromium, app_server):
-    contexts = []
-
-    def opener(locale: str = "en-US", editable: bool = False):
-        context, page = open_page(chromium, app_server, locale, editable=editable)
-        contexts.append(context)
-        return page
-
-    yield opener
-    for context in contexts:
-        context.close()
 
 
 def open_chat(page) -> None:
@@ -130,7 +116,7 @@ GROWTH_JS = """() => {
 
 
 def test_a_chat_without_a_model_says_so_clearly(app_server, page_of) -> None:
-    page = page_of()
+    page = page_of(editable=False)
     open_chat(page)
     page.locator("#chat-unload").click()
     wait_for_text(page, "#chat-status", translate("chat.status.unloaded", "en"))
@@ -173,7 +159,7 @@ def test_train_in_the_page_then_chat_answers(app_server, page_of) -> None:
 
 
 def test_side_by_side_shows_two_different_answers(app_server, page_of) -> None:
-    page = page_of()
+    page = page_of(editable=False)
     open_chat(page)
     assert "Ready" in load(page, side_by_side=True), text_of(page, "#chat-status")
     assert page.locator("#chat-base").is_visible()
@@ -206,7 +192,7 @@ def test_side_by_side_shows_two_different_answers(app_server, page_of) -> None:
 
 
 def test_user_text_is_never_html(app_server, page_of) -> None:
-    page = page_of()
+    page = page_of(editable=False)
     open_chat(page)
     if "Ready" not in text_of(page, "#chat-status"):
         load(page)
@@ -221,7 +207,7 @@ def test_user_text_is_never_html(app_server, page_of) -> None:
 
 
 def test_the_chinese_page_labels_the_tab(app_server, page_of) -> None:
-    page = page_of("zh-CN")
+    page = page_of("zh-CN", editable=False)
     # The page speaks Chinese once its load event has run: the tab's texts follow from there.
     page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=translate("button.start", "zh-CN"), timeout=UI_TIMEOUT_MS)
     page.locator("button[role=tab]:has-text('%s')" % translate("tab.chat", "zh-CN")).first.click()
@@ -241,7 +227,7 @@ def test_the_chinese_page_labels_the_tab(app_server, page_of) -> None:
 
 
 def test_the_app_stopped_leaves_no_chat_server(app_server, page_of) -> None:
-    page = page_of()
+    page = page_of(editable=False)
     open_chat(page)
     if "Ready" not in text_of(page, "#chat-status"):
         load(page, side_by_side=True)

@@ -23,7 +23,6 @@ from tests.test_browser_app import (
     RUN_TIMEOUT_S,
     UI_TIMEOUT_MS,
     fill,
-    open_page,
     run_ids,
     shoot,
     text_of,
@@ -70,20 +69,6 @@ def app_server(demo_assets, tmp_path_factory, data_root):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def page_of(chromium, app_server):
-    contexts = []
-
-    def opener(locale: str = "en-US"):
-        context, page = open_page(chromium, app_server, locale, editable=True)
-        contexts.append(context)
-        return page
-
-    yield opener
-    for context in contexts:
-        context.close()
 
 
 def loss_chart_traces(page) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 from backend.evaluate import format_scores, parse_scores
 from backend.i18n import translate
 from tests.harness import AppServer, copy_run
-from tests.test_browser_app import UI_TIMEOUT_MS, fill, open_page, shoot, text_of, wait_for_text, wait_until_idle
+from tests.test_browser_app import UI_TIMEOUT_MS, fill, shoot, text_of, wait_for_text, wait_until_idle
 
 pytestmark = pytest.mark.browser
 
@@ -35,18 +35,10 @@ def eval_server(demo_assets, trained_demo_run, tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture
-def page_of(chromium, eval_server):
-    contexts = []
-
-    def opener(locale: str = "en-US"):
-        context, page = open_page(chromium, eval_server[0], locale, editable=False)
-        contexts.append(context)
-        return page
-
-    yield opener
-    for context in contexts:
-        context.close()
+@pytest.fixture(scope="module")
+def app_server(eval_server):
+    """The module's app, for the shared `page_of` fixture (tests/conftest.py)."""
+    return eval_server[0]
 
 
 def open_evaluate_tab(page, run_id: str, locale: str = "en") -> None:
@@ -63,7 +55,7 @@ def evaluations(server) -> list[dict]:
 
 def test_evaluate_shows_predictions_and_scores_and_the_runs_table_has_them(eval_server, page_of) -> None:
     server, source = eval_server
-    page = page_of()
+    page = page_of(editable=False)
     open_evaluate_tab(page, source)
     assert translate("eval.dataset.demo", "en", name="demo") in page.locator("#eval-dataset input").input_value()
     fill(page, "eval-max-samples", "12")
@@ -101,7 +93,7 @@ def test_evaluate_shows_predictions_and_scores_and_the_runs_table_has_them(eval_
 
 def test_the_evaluate_tab_in_chinese(eval_server, page_of) -> None:
     server, source = eval_server
-    page = page_of("zh-CN")
+    page = page_of("zh-CN", editable=False)
     open_evaluate_tab(page, source, "zh-CN")
     for key in ("eval.label.run", "eval.label.checkpoint", "eval.label.dataset", "eval.label.max_samples", "eval.button.start"):
         assert translate(key, "zh-CN") in page.locator("#tab-evaluate").inner_text() or translate(key, "zh-CN") in page.content()

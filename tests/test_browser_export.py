@@ -16,7 +16,7 @@ import pytest
 from backend.export import gguf_convert
 from backend.i18n import translate
 from tests.harness import AppServer, copy_run
-from tests.test_browser_app import UI_TIMEOUT_MS, fill, open_page, shoot, text_of, wait_for_text
+from tests.test_browser_app import UI_TIMEOUT_MS, fill, shoot, text_of, wait_for_text
 
 pytestmark = pytest.mark.browser
 
@@ -39,20 +39,6 @@ def app_server(demo_assets, trained_demo_run, tmp_path_factory, export_root):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def page_of(chromium, app_server):
-    contexts = []
-
-    def opener(locale: str = "en-US"):
-        context, page = open_page(chromium, app_server, locale, editable=True)
-        contexts.append(context)
-        return page
-
-    yield opener
-    for context in contexts:
-        context.close()
 
 
 def open_export_tab(page, locale: str = "en") -> None:

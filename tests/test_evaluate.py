@@ -284,7 +284,8 @@ def test_stop_ends_a_running_evaluation_and_one_run_at_a_time(board_with_run) ->
     progress = wait_until(lambda: board.evaluations.progress(eval_id), 120, interval=0.5, what="a progress line")
     assert progress.total == 89 and progress.step >= 5  # 355 rows in batches of 4
     assert f"batch {progress.step} of 89" in board.evaluations.view(eval_id).status or "batch" in board.evaluations.view(eval_id).status
-    assert "Step" in board.run_view(eval_id).progress  # the Train tab's run panel shows it too
+    # The Train tab's run panel shows it too (its monitor reads the log on its own: wait for it).
+    wait_until(lambda: "Step" in board.run_view(eval_id).progress, 60, interval=0.5, what="the run panel's progress")
     state = board.evaluations.stop(eval_id)
     assert state is not None and state.state == "stopped"
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
