@@ -31,6 +31,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("first_loss", "4. Click to first loss point: RocBoard vs LlamaBoard", "bench.bench_first_loss"),
     ("telemetry", "5. Telemetry sample cost per source", "bench.bench_telemetry"),
     ("data", "6. Checking a dataset file", "bench.bench_data"),
+    ("ship", "7. After training: chat, evaluate, export", "bench.bench_ship"),
 )
 
 INTRO = """\
