@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from backend.runs import safe_files
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
@@ -127,6 +127,7 @@ class RunSettings:
 # --- reading the end of a log, cached -------------------------------------------------
 
 _cache_lock = threading.Lock()
+T = TypeVar("T")
 _tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
 _curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
 _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
@@ -149,6 +150,19 @@ def _file_key(path: Path, run_dir: Path | None = None) -> tuple[int, int] | None
     if found is None or not stat.S_ISREG(found.st_mode):
         return None
     return found.st_size, found.st_mtime_ns
+
+
+def _memo(cache: dict, name: Any, key: Any, compute: Callable[[], T]) -> T:
+    """`compute()`, kept in `cache` under `name` while `key` (the files' size and mtime) stays
+    the same. An exception from `compute` is not kept: the next call tries again."""
+    with _cache_lock:
+        cached = cache.get(name)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    value = compute()
+    with _cache_lock:
+        cache[name] = (key, value)
+    return value
 
 
 def _read_window(handle, start: int, length: int) -> bytes:
@@ -186,13 +200,10 @@ def read_log_tail(path: Path, run_dir: Path | None = None) -> LogTail:
     key = _file_key(path, run_dir)
     if key is None:
         return LogTail(None, None, None)
-    with _cache_lock:
-        cached = _tail_cache.get(path)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    window = TAIL_BYTES
-    tail: LogTail | None = None
-    try:
+
+    def read() -> LogTail:
+        window = TAIL_BYTES
+        tail: LogTail | None = None
         with safe_files.opened(*_in_run(path, run_dir)) as handle:
             size = key[0]
             while tail is None:
@@ -200,11 +211,12 @@ def read_log_tail(path: Path, run_dir: Path | None = None) -> LogTail:
                 start = max(0, size - window)
                 tail = _parse_tail(_read_window(handle, start, size - start), whole=start == 0, last_try=window >= TAIL_MAX_BYTES)
                 window *= 2
-    except OSError:
+        return tail
+
+    try:
+        return _memo(_tail_cache, path, key, read)
+    except OSError:  # not kept: the next call reads again
         return LogTail(None, None, None)
-    with _cache_lock:
-        _tail_cache[path] = (key, tail)
-    return tail
 
 
 def read_curve(path: Path, run_dir: Path | None = None) -> list[MetricPoint]:
@@ -214,24 +226,22 @@ def read_curve(path: Path, run_dir: Path | None = None) -> list[MetricPoint]:
     key = _file_key(path, run_dir)
     if key is None:
         return []
-    with _cache_lock:
-        cached = _curve_cache.get(path)
-    if cached is not None and cached[0] == key:
-        return list(cached[1])
-    series = MetricSeries()
-    if key[0] <= CURVE_READ_BYTES:
-        for records in JsonlTail(path, run_dir=_in_run(path, run_dir)[0]).read_all():
-            series.extend([p for p in map(parse_metric, records) if p is not None])
-    else:
-        try:
-            with safe_files.opened(*_in_run(path, run_dir)) as handle:
-                for lines in sampled_lines(handle, 0, key[0], CURVE_WINDOWS, CURVE_WINDOW_BYTES):
-                    series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None])
-        except OSError:
-            pass
-    with _cache_lock:
-        _curve_cache[path] = (key, tuple(series.points))
-    return list(series.points)
+
+    def read() -> tuple[MetricPoint, ...]:
+        series = MetricSeries()
+        if key[0] <= CURVE_READ_BYTES:
+            for records in JsonlTail(path, run_dir=_in_run(path, run_dir)[0]).read_all():
+                series.extend([p for p in map(parse_metric, records) if p is not None])
+        else:
+            try:
+                with safe_files.opened(*_in_run(path, run_dir)) as handle:
+                    for lines in sampled_lines(handle, 0, key[0], CURVE_WINDOWS, CURVE_WINDOW_BYTES):
+                        series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None])
+            except OSError:
+                pass
+        return tuple(series.points)
+
+    return list(_memo(_curve_cache, path, key, read))
 
 
 def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
@@ -241,21 +251,18 @@ def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
     key = _file_key(state_file, run_dir)
     if key is None:
         return None
-    with _cache_lock:
-        cached = _attempt_cache.get(state_file)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    span = None
-    try:
-        data = json.loads(safe_files.read_text(run_dir, relative, SMALL_FILE_MAX_BYTES))
-        started, ended = data.get("started_at"), data.get("ended_at")
-        if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
-            span = (float(started), float(ended))
-    except (OSError, ValueError, AttributeError):
-        pass
-    with _cache_lock:
-        _attempt_cache[state_file] = (key, span)
-    return span
+
+    def read() -> tuple[float, float] | None:
+        try:
+            data = json.loads(safe_files.read_text(run_dir, relative, SMALL_FILE_MAX_BYTES))
+            started, ended = data.get("started_at"), data.get("ended_at")
+            if isinstance(started, (int, float)) and isinstance(ended, (int, float)) and ended >= started:
+                return float(started), float(ended)
+        except (OSError, ValueError, AttributeError):
+            pass
+        return None
+
+    return _memo(_attempt_cache, state_file, key, read)
 
 
 def _number(value: Any) -> float | None:
@@ -288,16 +295,18 @@ def read_settings(run_dir: Path) -> RunSettings:
     """A run's learning rate, length and dataset: from config.yaml (what the trainer read),
     filled in from form.json; each read bounded (SMALL_FILE_MAX_BYTES) and without following
     links, and cached while both files keep their size and mtime."""
-    import yaml
-
     from backend.runs import CONFIG_FILE, FORM_FILE
 
     files = (CONFIG_FILE, FORM_FILE)
     key = tuple(_file_key(run_dir / name, run_dir) for name in files)
-    with _cache_lock:
-        cached = _settings_cache.get(run_dir)
-    if cached is not None and cached[0] == key:
-        return cached[1]
+    return _memo(_settings_cache, run_dir, key, lambda: _merged_settings(run_dir, files, key))
+
+
+def _merged_settings(run_dir: Path, files: tuple[str, ...], key: tuple) -> RunSettings:
+    """config.yaml's values, each missing one filled in from form.json (`key`: each file's
+    size and mtime, None when it is not there)."""
+    import yaml
+
     found: list[RunSettings] = []
     for name, file_key, parse in zip(files, key, (yaml.safe_load, json.loads)):
         if file_key is None:
@@ -316,8 +325,6 @@ def read_settings(run_dir: Path) -> RunSettings:
             max_steps=settings.max_steps if settings.max_steps is not None else merged.max_steps,
             dataset=settings.dataset or merged.dataset,
         )
-    with _cache_lock:
-        _settings_cache[run_dir] = (key, merged)
     return merged
 
 
@@ -376,14 +383,7 @@ def read_run_scores(run_dir: Path) -> Scores | None:
     key = _file_key(path, run_dir)
     if key is None:
         return None
-    with _cache_lock:
-        cached = _scores_cache.get(path)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    scores = read_scores(run_dir)
-    with _cache_lock:
-        _scores_cache[path] = (key, scores)
-    return scores
+    return _memo(_scores_cache, path, key, lambda: read_scores(run_dir))
 
 
 def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
