@@ -217,12 +217,47 @@ def stop_reason_text(run, locale: str = "en") -> str:
     return reason
 
 
-def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = "", locale: str = "en") -> str:
+def slurm_reason_text(reason: str, locale: str = "en") -> str:
+    """Why Slurm holds a job, in words (`slurm.reason.*`); a reason the catalogue has no words
+    for is shown as Slurm wrote it."""
+    from backend.slurm.states import reason_key
+
+    return t(reason_key(reason), locale, reason=code_span(reason or "None", 80)[1:-1])
+
+
+def where_markdown(run, locale: str = "en", queue_position: int | None = None, slurm_problem: str = "") -> str:
+    """Where the run executes and what it waits for: its place in this machine's queue, or its
+    Slurm job (why it waits, its nodes, that a stop was asked). "" for a local run that is not
+    queued."""
+    job = code_span(run.job_id or "?")[1:-1]
+    if run.state == "queued":
+        return t("status.queued", locale, position=queue_position or "?")
+    if getattr(run, "executor", "local") != "slurm":
+        return ""
+    lines = []
+    if run.state == "pending":
+        lines.append(t("status.slurm_pending", locale, job=job, reason=slurm_reason_text(run.slurm_reason, locale)))
+        if run.slurm_start:
+            lines.append(t("status.slurm_expected_start", locale, at=code_span(run.slurm_start, 40)[1:-1]))
+    elif run.state in ("running", "starting"):
+        lines.append(t("status.slurm_running", locale, job=job, nodes=code_span(run.slurm_nodes or "?", 200)[1:-1]))
+    else:
+        lines.append(t("status.slurm_ended", locale, job=job, slurm_state=code_span(run.slurm_state or "?", 40)[1:-1]))
+    if run.active and run.stop_requested:
+        lines.append(t("status.slurm_stopping", locale))
+    if run.active and slurm_problem:
+        lines.append(t("status.slurm_no_answer", locale, detail=code_span(slurm_problem, 300)[1:-1]))
+    return "  \n".join(lines)
+
+
+def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = "", locale: str = "en", where: str = "") -> str:
     if snapshot is None:
         return t("status.idle", locale)
     run = snapshot.run
     # status.line puts the id in a code span itself: only a backtick in it needs replacing.
     lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=code_span(run.id)[1:-1])]
+    if where:
+        lines.append(where)
     evaluation = getattr(run, "kind", "train") == "evaluate"
     if evaluation:  # LLaMA-Factory's predict mode on a trained run (backend/evaluate)
         lines.append(t("eval.panel.of", locale, run_id=code_span(getattr(run, "source_run", ""))[1:-1]))
@@ -241,6 +276,8 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
             lines.append(t("status.see_log", locale))
     elif run.state == "stopped":
         lines.append(t("status.stopped", locale))
+        if run.stop_reason and run.stop_reason != "reason.stopped_by_user":
+            lines.append(escape_markdown(stop_reason_text(run, locale)))
         if snapshot.has_adapter:
             lines.append(t("status.stopped_adapter", locale))
     elif run.state == "finished":
@@ -392,6 +429,57 @@ def doctor_blockers_markdown(checks, locale: str = "en") -> str:
         f"{DOCTOR_ICONS['problem']} **{escape_markdown(localized(c.name, locale))}:** {markdown_message(localized(c.saw, locale))} — {markdown_message(localized(c.fix, locale))}"
         for c in checks
     )
+
+
+def _clock(at: float | None) -> str:
+    return "—" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def queue_markdown(active, queued, slurm_runs, locale: str = "en", slurm_problem: str = "") -> str:
+    """The queue, as the Runs tab shows it: what trains here now, the runs queued here in the
+    order they start, and every Slurm run that waits or runs with why it waits."""
+    lines = [f"**{t('queue.here', locale)}**"]
+    if active is not None:
+        lines.append(t("queue.training_now", locale, run_id=code_span(active.id)[1:-1]))
+    if queued:
+        lines += ["", f"| # | {t('runs.column.run', locale)} | {t('runs.column.name', locale)} | {t('queue.column.since', locale)} |", "|---|---|---|---|"]
+        for number, state in enumerate(queued, start=1):
+            lines.append(f"| {number} | {code_span(state.id)} | {escape_markdown(state.name, 80)} | {_clock(state.queued_at)} |")
+    else:
+        lines.append(t("queue.empty", locale))
+    lines += ["", f"**{t('queue.slurm', locale)}**"]
+    if slurm_runs:
+        lines += ["", f"| {t('runs.column.run', locale)} | {t('queue.column.job', locale)} | {t('runs.column.state', locale)} | {t('queue.column.detail', locale)} |", "|---|---|---|---|"]
+        for state in slurm_runs:
+            detail = slurm_reason_text(state.slurm_reason, locale) if state.state == "pending" else code_span(state.slurm_nodes or "?", 80)
+            lines.append(f"| {code_span(state.id)} | {code_span(state.job_id or '?')} | {escape_markdown(t(f'state.{state.state}', locale))} | {detail} |")
+    else:
+        lines.append(t("queue.slurm_empty", locale))
+    if slurm_problem:
+        lines.append(t("status.slurm_no_answer", locale, detail=code_span(slurm_problem, 300)[1:-1]))
+    return "\n".join(lines)
+
+
+def run_on_choices(locale: str = "en") -> list[tuple[str, str]]:
+    """Where a run executes, as (label in `locale`, value) pairs for the radio's choices."""
+    from backend.config.schema import RUN_ON
+
+    return [(t(f"run_on.{value}", locale), value) for value in RUN_ON]
+
+
+def slurm_cause(run, checkpoint: str, locale: str = "en") -> tuple[str, str]:
+    """(cause, fix) of a Slurm run that Slurm ended (time limit, a node, memory...); ("", "")
+    when the job's own end says nothing more than its log does."""
+    state = getattr(run, "slurm_state", "")
+    if state not in ("TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"):
+        return "", ""
+    values = {
+        "limit": code_span((run.stop_reason_params or {}).get("limit", "?"), 40)[1:-1],
+        "nodes": code_span(run.slurm_nodes or "?", 200)[1:-1],
+        "checkpoint": code_span(checkpoint, 80)[1:-1] if checkpoint else "",
+    }
+    resume = t("slurm.fix.resume_from", locale, checkpoint=values["checkpoint"]) if checkpoint else t("slurm.fix.no_checkpoint", locale)
+    return t(f"slurm.cause.{state}", locale, **values), t(f"slurm.fix.{state}", locale, resume=resume, **values)
 
 
 def strategy_choices(locale: str = "en") -> list[tuple[str, str]]:

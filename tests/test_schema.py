@@ -95,5 +95,5 @@ def test_form_json_holds_the_checked_config_and_reads_back() -> None:
     assert "not_a_field" not in back
     assert parse_form(back)[0] == config and parse_plan_form(back)[0] == plan
     assert form_from_saved(saved_form(config, None))["dist_nproc"] == 1
-    assert form_from_saved(["not", "a", "mapping"]) == {**schema.form_defaults(), **schema.plan_form_defaults()}
+    assert form_from_saved(["not", "a", "mapping"]) == {**schema.form_defaults(), **schema.side_form_defaults()}
     assert replace(plan, nproc=1) != plan

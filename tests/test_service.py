@@ -52,30 +52,54 @@ def test_messages_exist_in_chinese_too(board):
     assert english and chinese and english != chinese
 
 
-def test_two_simultaneous_starts_launch_exactly_one_run(board):
-    form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "double"}
-    board.llamafactory_findings(board.parse(form)[0])  # the parser's answer, cached first
+def _start_twice_at_once(board, form, intents):
     results = []
     barrier = threading.Barrier(2)
 
-    def click():
+    def click(intent):
         barrier.wait()
-        results.append(board.start(form))
+        results.append(board.start(form, intent=intent))
 
-    threads = [threading.Thread(target=click) for _ in range(2)]
+    threads = [threading.Thread(target=click, args=(intent,)) for intent in intents]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
+    return results
+
+
+def test_two_simultaneous_starts_of_one_form_launch_exactly_one_run(board):
+    """A double-click (two events of one tab, one form: the same intent) is one Start."""
+    form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "double"}
+    board.llamafactory_findings(board.parse(form)[0])  # the parser's answer, cached first
+    results = _start_twice_at_once(board, form, ["form-1", "form-1"])
     try:
-        assert sorted(r.started for r in results) == [False, True]
+        assert [r.started for r in results] == [True, True]
         assert len(board.store.list()) == 1
-        refused = next(r for r in results if not r.started)
-        assert any(f.rule == "run-active" for f in refused.findings)
+        assert results[0].run.id == results[1].run.id  # both clicks answer with the one run
+        assert board.store.list()[0].state == "running"
     finally:
         for run in board.store.list():
             board.stop(run.id)
     assert board.store.list()[0].state == "stopped"
+
+
+def test_two_starts_of_two_forms_at_once_train_one_and_queue_the_other(board):
+    """Two tabs (two intents): one run trains, the other waits in the queue, none is refused."""
+    form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "two-tabs"}
+    board.llamafactory_findings(board.parse(form)[0])
+    results = _start_twice_at_once(board, form, ["tab-1", "tab-2"])
+    try:
+        assert sorted(r.run.state for r in results) == ["queued", "running"]
+        assert [s.id for s in board.queued_runs()] == [next(r.run.id for r in results if r.queued)]
+    finally:
+        for run in board.queued_runs():
+            board.cancel_queued(run.id)
+        for run in board.store.list():
+            board.stop(run.id)
+    assert sorted(s.state for s in board.store.list()) == ["stopped", "stopped"]
+    queued = next(s for s in board.store.list() if s.stop_reason == "reason.cancelled_in_queue")
+    assert queued.pid is None  # it never started
 
 
 def test_one_parser_helper_per_config_however_many_ask_at_once(board, monkeypatch):

@@ -127,7 +127,7 @@ class TrainTab:
 
 
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
-    defaults = {**demo_form(), **schema.plan_form_defaults()}
+    defaults = {**demo_form(), **schema.side_form_defaults()}
     shown: dict[str, Any] = {}
 
     watched_run = gr.State(None)  # the run this tab shows

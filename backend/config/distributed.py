@@ -226,26 +226,37 @@ def plan_to_form(plan: DistributedPlan) -> dict[str, Any]:
     return {f.name: _plan_form_value(f, plan) for f in schema.plan_fields()}
 
 
-def saved_form(config: Any, plan: DistributedPlan | None) -> dict[str, Any]:
-    """What a run's form.json holds: the *checked* config and plan as form values (every
-    value already parsed and bounded), so a resume re-parses what was run, not what was typed."""
-    from backend.config import to_form
+# The plan's fields Slurm decides for a Slurm run (its nodes, each node's rank, the master and
+# its port, the GPUs it hands the job): a Slurm run's form.json keeps their defaults.
+SLURM_DECIDES: tuple[str, ...] = ("dist_nnodes", "dist_node_rank", "dist_master_addr", "dist_master_port", "dist_gpus")
 
-    return {**to_form(config), **(plan_to_form(plan) if plan is not None else {})}
+
+def saved_form(config: Any, plan: DistributedPlan | None, placement: Any = None) -> dict[str, Any]:
+    """What a run's form.json holds: the *checked* config, plan and placement as form values
+    (every value already parsed and bounded), so a resume re-parses what was run, not what
+    was typed."""
+    from backend.config import to_form
+    from backend.config.placement import LocalPlacement, SlurmPlacement, placement_to_form
+
+    values = {**to_form(config), **(plan_to_form(plan) if plan is not None else {}), **placement_to_form(placement or LocalPlacement())}
+    if isinstance(placement, SlurmPlacement):
+        values.update((name, schema.field(name).default) for name in SLURM_DECIDES)
+    return values
 
 
 def form_from_saved(saved: Any) -> dict[str, Any]:
     """The form values a form.json gives back: the schema's fields only (defaults where one
     is missing, e.g. a file written before a field existed); anything else is dropped."""
-    values = {**schema.form_defaults(), **schema.plan_form_defaults()}
+    values = {**schema.form_defaults(), **schema.side_form_defaults()}
     if isinstance(saved, Mapping):
         values.update((name, saved[name]) for name in values if name in saved)
     return values
 
 
-def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[DistributedPlan, list[Finding]]:
+def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False, check: bool = True) -> tuple[DistributedPlan, list[Finding]]:
     """A plan from the page's raw field values, and every finding about it (unparseable
-    fields fall back to their defaults with a finding each, then check_plan runs)."""
+    fields fall back to their defaults with a finding each, then check_plan runs, unless
+    `check` is False: the caller checks the plan it makes of this one)."""
     findings: list[Finding] = []
 
     defaults = schema.plan_form_defaults()
@@ -316,7 +327,7 @@ def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False) -> tuple[Di
         master_addr=master_addr,
         on_cpu=on_cpu,
     )
-    return plan, findings + check_plan(plan)
+    return plan, findings + (check_plan(plan) if check else [])
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -423,6 +434,17 @@ def distributed_env(plan: DistributedPlan) -> dict[str, str]:
     # it (resumed from an old form.json, built in code) still exports only allowed settings,
     # and never one that would contradict the plan.
     env.update((name, value) for name, value in allowed_settings(plan.rccl_env) if name not in PLAN_VARIABLES)
+    return env
+
+
+def slurm_launch_env(plan: DistributedPlan) -> dict[str, str]:
+    """What a Slurm run's node tasks give every trainer of the plan (backend/slurm/node_task.py
+    adds its own NODE_RANK and the MASTER_ADDR / MASTER_PORT the batch script found). No
+    device list: the GPUs are the ones Slurm gives the job (it sets ROCR_VISIBLE_DEVICES or
+    CUDA_VISIBLE_DEVICES itself), which the trainer inherits."""
+    env = distributed_env(plan)
+    for name in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        env.pop(name, None)
     return env
 
 
@@ -666,6 +688,7 @@ __all__ = [
     "parse_gpu_list",
     "plan_for_preset",
     "rccl_env_from_preset",
+    "slurm_launch_env",
     "slurm_script",
     "write_deepspeed_json",
 ]

@@ -509,6 +509,33 @@ PLAN_FIELDS: tuple[Field, ...] = (
 )
 
 
+
+# --- where the run executes: a typed choice (backend/config/placement.py Placement) -------------
+
+# "local": this machine (the launcher starts the trainer here); "slurm": a batch job on a Slurm
+# cluster whose nodes see the runs directory (backend/slurm/).
+RUN_ON: tuple[str, ...] = ("local", "slurm")
+SLURM_CPUS_MAX = 4096  # CPUs of one task (one per node: torchrun starts the node's workers)
+SBATCH_EXTRA_MAX_LINES = 32
+
+# Prefixed with slurm_ so they never collide with RUN_FIELDS or PLAN_FIELDS; `path` names the
+# attribute of SlurmPlacement. Empty text and 0 mean "the cluster's default" (sbatch is not
+# given the option). Not YAML keys: they become #SBATCH lines (backend/slurm/script.py).
+PLACEMENT_FIELDS: tuple[Field, ...] = (
+    Field("run_on", "choice", "local", path="kind", choices=RUN_ON, choice_labels=(("This machine", "local"), ("Slurm cluster", "slurm")), widget="radio", section="placement"),
+    Field("slurm_partition", "text", "", path="partition", max_chars=64, section="placement", row="slurm_where"),
+    Field("slurm_account", "text", "", path="account", max_chars=64, section="placement", row="slurm_where"),
+    Field("slurm_time", "text", "", path="time_limit", max_chars=32, section="placement", row="slurm_where"),
+    Field("slurm_nodes", "int", 1, path="nodes", range=NumberRange(1, NODES_MAX, 1, rule="slurm-nodes-range"), widget="integer", section="placement", row="slurm_size"),
+    Field("slurm_gpus_per_node", "int", 0, path="gpus_per_node", range=NumberRange(0, GPUS_PER_NODE_MAX, 1, rule="slurm-gpus-range"), widget="integer", section="placement", row="slurm_size"),
+    Field("slurm_cpus_per_task", "int", 0, path="cpus_per_task", range=NumberRange(0, SLURM_CPUS_MAX, 8, rule="slurm-cpus-range"), widget="integer", section="placement", row="slurm_size"),
+    Field("slurm_mem", "text", "", path="memory", max_chars=32, section="placement", row="slurm_size"),
+    # More #SBATCH lines, one option a line, each checked against the options RocBoard passes on
+    # (backend/config/placement.py SBATCH_EXTRA_OPTIONS).
+    Field("slurm_extra", "text", "", path="extra", max_chars=8192, widget="lines", section="placement"),
+)
+
+
 # --- what derives from the table (read at call time: a test may add a field) ---------------------
 
 
@@ -520,9 +547,13 @@ def plan_fields() -> tuple[Field, ...]:
     return PLAN_FIELDS
 
 
+def placement_fields() -> tuple[Field, ...]:
+    return PLACEMENT_FIELDS
+
+
 def page_fields() -> tuple[Field, ...]:
-    """Every field the page shows, in its order: the run's, then the plan's."""
-    return run_fields() + plan_fields()
+    """Every field the page shows, in its order: the run's, the plan's, where it runs."""
+    return run_fields() + plan_fields() + placement_fields()
 
 
 def field(name: str) -> Field:
@@ -540,6 +571,15 @@ def form_defaults() -> dict[str, Any]:
 
 def plan_form_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in plan_fields()}
+
+
+def placement_form_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in placement_fields()}
+
+
+def side_form_defaults() -> dict[str, Any]:
+    """The defaults of the page's fields beside the run's own: the plan's and where it runs."""
+    return {**plan_form_defaults(), **placement_form_defaults()}
 
 
 def number_ranges() -> dict[str, NumberRange]:
@@ -583,6 +623,8 @@ __all__ = [
     "Field",
     "NumberRange",
     "PLAN_FIELDS",
+    "PLACEMENT_FIELDS",
+    "RUN_ON",
     "PRECISIONS",
     "QUANTIZATION_BITS",
     "RUN_FIELDS",
@@ -600,6 +642,9 @@ __all__ = [
     "plain",
     "plan_fields",
     "plan_form_defaults",
+    "placement_fields",
+    "placement_form_defaults",
+    "side_form_defaults",
     "text_limits",
     "yaml_keys_in_form",
 ]

@@ -428,7 +428,7 @@ def form_load(result: ImportResult, defaults: Mapping[str, Any], current: Mappin
     (the preset's form values over the schema's) for the run fields it does not set, and
     `current` for the fields that are not LLaMA-Factory keys. An unreadable YAML changes nothing."""
     fields = schema.page_fields()
-    base = {**schema.form_defaults(), **schema.plan_form_defaults()}
+    base = {**schema.form_defaults(), **schema.side_form_defaults()}
     values: dict[str, Any] = {}
     set_fields: list[str] = []
     reset_fields: list[str] = []

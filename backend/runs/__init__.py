@@ -15,6 +15,7 @@ name and renamed into place, so a failed start never leaves a half-made run behi
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,9 +31,13 @@ from typing import Any, Literal
 
 from backend.runs import safe_files
 
-RunStateName = Literal["starting", "running", "finished", "failed", "stopped"]
-ACTIVE_STATES = ("starting", "running")
+RunStateName = Literal["queued", "starting", "pending", "running", "finished", "failed", "stopped"]
+# A run is active while something of it may be alive: a trainer starting or training here, or
+# a Slurm job waiting (`pending`) or running. A `queued` run waits in RocBoard's own queue for
+# this machine (backend/runs/queue.py): nothing of it runs yet.
+ACTIVE_STATES = ("starting", "pending", "running")
 RUN_KINDS = ("train", "evaluate")
+EXECUTORS = ("local", "slurm")  # where a run executes: this machine, or a Slurm cluster
 
 STATE_FILE = "state.json"
 FORM_FILE = "form.json"
@@ -40,6 +46,9 @@ LOG_FILE = "train.log"
 SAMPLES_FILE = "samples.jsonl"
 OUTPUT_DIR = "output"
 ADAPTER_ZIP = "adapter.zip"
+# The environment a run's trainer is to get, written when the run is created for a later
+# start: a queued run (backend/runs/queue.py) or a Slurm run's node tasks (backend/slurm/).
+LAUNCH_FILE = "launch.json"
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -78,6 +87,19 @@ class RunState:
     # trained run's adapter, backend/evaluate); a state file written before kinds is "train".
     kind: str = "train"
     source_run: str = ""  # the run an evaluation evaluates ("" for a training run)
+    # Where it executes (backend/config/placement.py): "local" (this machine; a state file
+    # written before placements) or "slurm".
+    executor: str = "local"
+    queued_at: float | None = None  # when it joined the local queue (state "queued")
+    # A Slurm run: its job (the current attempt's), what Slurm last said of it, and whether
+    # RocBoard asked it to stop (so its end reads "stopped" whoever sees it).
+    job_id: str = ""
+    slurm_state: str = ""  # Slurm's own JobState: PENDING, RUNNING, TIMEOUT...
+    slurm_reason: str = ""  # why it waits (Resources, Priority...), as Slurm says it
+    slurm_nodes: str = ""  # its node list (n[1-2])
+    slurm_start: str = ""  # while pending: when Slurm expects to start it, if it says
+    submitted_at: float | None = None
+    stop_requested: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -92,11 +114,29 @@ class RunState:
             known["kind"] = "train"  # older state files have none; an unknown one is not trusted
         if not isinstance(known.get("source_run", ""), str):
             known["source_run"] = ""
+        if known.get("executor", "local") not in EXECUTORS:
+            known["executor"] = "local"  # an unknown one is not trusted: no Slurm command is run for it
+        for name in ("job_id", "slurm_state", "slurm_reason", "slurm_nodes", "slurm_start"):
+            if not isinstance(known.get(name, ""), str):
+                known[name] = ""
+        if known.get("job_id") and not (known["job_id"].isdigit() and len(known["job_id"]) < 19):
+            known["job_id"] = ""  # a job id is digits: anything else never reaches scancel
         return cls(**known)
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def alive(self) -> bool:
+        """Active, or queued to start here: the page keeps asking about it, Stop acts on it."""
+        return self.active or self.state == "queued"
+
+    @property
+    def local(self) -> bool:
+        """Whether it executes on this machine (the one-run-at-a-time rule and the queue are
+        about these)."""
+        return self.executor != "slurm"
 
 
 class RunNotFound(LookupError):
@@ -139,7 +179,16 @@ class RunStore:
         return candidate
 
     def create(
-        self, name: str, preset: str, model: str, files: dict[str, str], run_id: str | None = None, kind: str = "train", source_run: str = ""
+        self,
+        name: str,
+        preset: str,
+        model: str,
+        files: dict[str, str],
+        run_id: str | None = None,
+        kind: str = "train",
+        source_run: str = "",
+        executor: str = "local",
+        state: RunStateName = "starting",
     ) -> RunState:
         """A new run directory holding `files` (name -> text) and its first state (its kind
         in it from the start: no moment exists where an evaluation reads as a training)."""
@@ -155,6 +204,9 @@ class RunStore:
             model=model,
             kind=kind,
             source_run=source_run,
+            executor=executor,
+            state=state,
+            queued_at=time.time() if state == "queued" else None,
         )
         staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         try:
@@ -176,8 +228,18 @@ class RunStore:
             raise RunNotFound(f"run {run_id!r} has an unreadable state file: {error}") from None
 
     def update(self, run_id: str, **changes: Any) -> RunState:
-        state = replace(self.read(run_id), **changes)
-        safe_files.write_atomic(self.run_dir(run_id), STATE_FILE, json.dumps(state.to_json(), indent=2).encode("utf-8"))
+        """Changes some fields of the run's state. Read, changed and written under a lock on the
+        run directory (flock of its descriptor): the web app, its threads and a command line
+        (`app.py stop`, `status`) may all record something of one run at once, and none may
+        write back a state the other has already changed."""
+        run_dir = self.run_dir(run_id)
+        fd = safe_files.open_run_dir(run_dir)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            state = replace(self.read(run_id), **changes)
+            safe_files.write_atomic(run_dir, STATE_FILE, json.dumps(state.to_json(), indent=2).encode("utf-8"))
+        finally:
+            os.close(fd)  # and with it the lock
         return state
 
     def list(self) -> list[RunState]:

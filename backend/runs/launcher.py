@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import psutil
 
@@ -255,6 +255,9 @@ class Launcher:
         # The LLaMA-Factory helper trainers are forked from (warm starts); None: always cold.
         self.helper: LlamaFactoryHelper | None = None
         self.last_cold_reason = ""  # why the last start was cold (benches and tests read it)
+        # Told of each trainer end this launcher records (the run manager starts the next
+        # queued run); called outside the launcher's lock, on the thread that saw the end.
+        self.on_end: Callable[[str], None] = lambda run_id: None
 
     def start(self, run_id: str, preset_env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Launches `command` (default: llamafactory-cli train config.yaml) in the run dir."""
@@ -374,11 +377,12 @@ class Launcher:
             try:
                 self.store.update(run_id, state=state, exit_code=exit_code, stop_reason=reason, stop_reason_params=params, ended_at=time.time())
             except RunNotFound:
-                pass
+                return
+        self.on_end(run_id)
 
     def stop(self, run_id: str) -> RunState:
         state = self.store.read(run_id)
-        if not state.active:
+        if not state.active or not state.local:
             return state
         with self._lock:
             self._stopping.add(run_id)
@@ -414,8 +418,8 @@ class Launcher:
         """The state of a run we did not start in this process (after a restart): still
         alive by pid and start time, or ended, with its end derived from its files."""
         state = self.store.read(run_id)
-        if not state.active or self.is_child(run_id):
-            return state
+        if not state.active or not state.local or self.is_child(run_id):
+            return state  # a Slurm run is backend/slurm/executor.py's to settle
         identity = self._identity(state)
         if identity is not None and identity.process() is not None:
             return state
@@ -430,7 +434,9 @@ class Launcher:
             # Stopped by us and seen gone here before stop() recorded it; stop() clears the mark.
             if run_id in self._stopping:
                 final, reason = "stopped", "reason.stopped_by_user"
-            return self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
+            ended = self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
+        self.on_end(run_id)
+        return ended
 
     def live_pid(self, run_id: str) -> int | None:
         try:

@@ -42,7 +42,7 @@ from backend.service.evaluation_desk import EvaluationDesk
 from backend.service.export_desk import ExportDesk
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
-from backend.service.live import LiveAnswer, live_answer
+from backend.service.live import LiveAnswer, live_answer, panel_version
 from backend.service.run_view import RunView, gone_view, idle_view, run_view, unchanged_view
 from backend.snapshot import RunSnapshot
 
@@ -115,7 +115,9 @@ class RocBoard:
 
     def close(self) -> None:
         """The app stops: chat servers and an export in progress end with it (0 processes
-        left); trainers keep running and are found again on the next start."""
+        left); trainers keep running and are found again on the next start, and so do the
+        queue and the Slurm jobs."""
+        self.run_manager.stop_keeping_queue()
         self.chat.close()
         self.exports.close()
         self.close_helper()
@@ -190,14 +192,14 @@ class RocBoard:
     def load_into_form(self, text: str, preset_id: str, current: Mapping[str, Any]) -> FormLoad:
         return self.pipeline.load_into_form(text, preset_id, current)
 
-    def start_yaml(self, text: str, preset_id: str, current: Mapping[str, Any], stop_on_nan: bool = False) -> tuple[FormLoad, StartResult | None]:
+    def start_yaml(self, text: str, preset_id: str, current: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "") -> tuple[FormLoad, StartResult | None]:
         """"Run this YAML as it is": every key of the YAML (the form's fields, the rest in
         Other keys: nothing dropped) through the same checks and launch as a Start. Nothing
         starts while the YAML itself has a problem (its findings say which; None)."""
         load = self.load_into_form(text, preset_id, current)
         if not load.loaded or has_problems(load.findings):
             return load, None
-        return load, self.start(load.values, stop_on_nan=stop_on_nan)
+        return load, self.start(load.values, stop_on_nan=stop_on_nan, intent=intent)
 
     def export(self, form: Mapping[str, Any]) -> tuple[Path, str]:
         return self.pipeline.export(form)
@@ -229,13 +231,15 @@ class RocBoard:
 
     # --- runs ---------------------------------------------------------------------------
 
-    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False) -> StartResult:
-        """Checks the form and launches the trainer; with any problem, creates nothing.
-        `stop_on_nan` is saved with the run: the backend stops it when its loss diverges."""
+    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "") -> StartResult:
+        """Checks the form and launches the trainer (queues it while a run trains here;
+        submits it for Slurm); with any problem, creates nothing. `stop_on_nan` is saved with
+        the run: the backend stops it when its loss diverges. `intent`: the form the Start
+        came from; the same intent twice makes one run (RunManager.start)."""
         checked = self.pipeline.check_for_start(form)
         if has_problems(checked.findings):
             return StartResult(None, checked.findings)
-        return self.run_manager.start(checked.config, checked.preset, checked.plan, checked.findings, stop_on_nan)
+        return self.run_manager.start(checked.config, checked.preset, checked.plan, checked.findings, stop_on_nan, checked.placement, intent)
 
     def resume(self, run_id: str) -> StartResult:
         return self.run_manager.resume(run_id)
@@ -282,12 +286,37 @@ class RocBoard:
         return form_from_saved(self.store.read_form(run_id))
 
     def run_to_show(self) -> RunState | None:
-        """What a freshly opened tab shows: the active run, else the newest one."""
+        """What a freshly opened tab shows: the run training here, else the newest one."""
         active = self.active_run()
         if active is not None:
             return active
         runs = self.store.list()
         return runs[0] if runs else None
+
+    # --- the queue (this machine's) and Slurm's ----------------------------------------------
+
+    def queued_runs(self) -> list[RunState]:
+        """The runs waiting for this machine, the next to start first."""
+        return self.run_manager.queued_runs()
+
+    def cancel_queued(self, run_id: str) -> list[Finding]:
+        return self.run_manager.cancel_queued(run_id)
+
+    def move_queued(self, run_id: str, offset: int) -> bool:
+        return self.run_manager.move_queued(run_id, offset)
+
+    def queue_markdown(self, locale: str = "en") -> str:
+        """The Runs tab's queue: this machine's queued runs in order, then every Slurm job of a
+        run that waits or runs (Slurm is their queue)."""
+        from backend.view import queue_markdown
+
+        slurm = [state for state in self.run_manager.live_runs() if not state.local]
+        problem = self.run_manager.slurm.problem()
+        return queue_markdown(self.active_run(), self.queued_runs(), slurm, locale, problem.detail if problem else "")
+
+    def keep_queue(self) -> None:
+        """The app looks after the queue on its own while it runs (ui/serve.py)."""
+        self.run_manager.keep_queue()
 
     # --- what a run looks like ------------------------------------------------------------
 
@@ -306,12 +335,17 @@ class RocBoard:
             snapshot = self.snapshot(run_id)
         except RunNotFound:
             return gone_view(run_id, locale)
-        version = (snapshot.version, locale)
+        position = self.run_manager.queue.position(run_id) if snapshot.run.state == "queued" else None
+        version = panel_version(snapshot.version, locale, position)
         if version == shown:
             return unchanged_view(snapshot, version)
         cause = fix = ""
         if snapshot.run.state == "failed":
             cause, fix = self.failure_cause(run_id, locale)
+        problem = self.run_manager.slurm.problem() if not snapshot.run.local else None
+        from backend.view import where_markdown
+
+        where = where_markdown(snapshot.run, locale, position, problem.detail if problem else "")
         resumable = False
         if snapshot.run.state in ("stopped", "failed"):
             from backend.runs.resume import Refusal, resume_plan
@@ -329,7 +363,7 @@ class RocBoard:
                 config_yaml = safe_files.read_text(self.store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
             except (OSError, UnicodeDecodeError, ValueError):
                 config_yaml = ""
-        return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml)
+        return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where)
 
     def live(self, run_id: str, locale: str = "en", drawn: str = "") -> LiveAnswer:
         """The watcher's tick (ui/live.py): has `run_id` moved on from the `drawn` version,
@@ -337,11 +371,25 @@ class RocBoard:
         return live_answer(self.monitors, self.run_manager, run_id, locale, drawn)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
-        """(cause, fix) of a failed run, read from its train.log; empty when unknown."""
+        """(cause, fix) of a failed run: what Slurm ended it for (a time limit, a node), else
+        what its train.log (and a Slurm job's own log) says; empty when unknown."""
         from backend.diagnose import summarize_failure
 
         state = self.store.read(run_id)
-        text = log_tail(self.store.run_dir(run_id), lines=400, max_bytes=400_000)
+        run_dir = self.store.run_dir(run_id)
+        if not state.local:
+            from backend.runs.resume import Refusal, resume_plan
+            from backend.view import slurm_cause
+
+            plan = resume_plan(self.store, run_id, state)
+            checkpoint = "" if isinstance(plan, Refusal) else plan.checkpoint.name
+            cause, fix = slurm_cause(state, checkpoint, locale)
+            if cause:
+                return cause, fix
+        text = log_tail(run_dir, lines=400, max_bytes=400_000)
+        if state.job_id:
+            # The batch script's own output: srun's errors, a node that could not start Python.
+            text += "\n" + log_tail(run_dir, lines=200, max_bytes=100_000, name=f"slurm-{state.job_id}.log")
         top = summarize_failure(text, state.exit_code).diagnosis
         return top.text(locale) if top is not None else ("", "")
 

@@ -50,20 +50,28 @@ class LiveAnswer:
         return answer
 
 
+def panel_version(run_version: tuple, locale: str, queue_position: int | None) -> tuple:
+    """The run panel's version: the run's (backend/service/monitors.py), the page's language,
+    and a queued run's place in the queue (it moves while the run itself does not change)."""
+    return (run_version, locale, queue_position)
+
+
 def live_answer(monitors: Monitors, run_manager: RunManager, run_id: str, locale: str, drawn: str) -> LiveAnswer:
     """What the page needs of `run_id`, given the version it drew the charts of (`drawn`).
-    Reads the run's new bytes only; builds the charts only when the version moved."""
+    Reads the run's new bytes only; builds the charts only when the version moved. A queued
+    run is asked about too: it starts when the run before it ends."""
     if not RUN_ID.match(run_id):
         return LiveAnswer("", False, gone=True)
     try:
         state = run_manager.refresh(run_id)
-        version = version_key((monitors.version(state), locale))
+        position = run_manager.queue.position(run_id) if state.state == "queued" else None
+        version = version_key(panel_version(monitors.version(state), locale, position))
         if version == drawn:
-            return LiveAnswer(version, state.active)
+            return LiveAnswer(version, state.alive)
         snapshot = monitors.snapshot(state)
     except RunNotFound:
         return LiveAnswer("", False, gone=True)
-    return LiveAnswer(version_key((snapshot.version, locale)), state.active, charts_of(snapshot, locale))
+    return LiveAnswer(version_key(panel_version(snapshot.version, locale, position)), state.alive, charts_of(snapshot, locale))
 
 
-__all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "version_key"]
+__all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "panel_version", "version_key"]

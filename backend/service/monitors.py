@@ -6,6 +6,7 @@ backend's own decisions (backend/service/decisions.py), share one set of readers
 
 from __future__ import annotations
 
+import stat
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ LOG_TAIL_LINES = 40
 # curve): the grad norms the alert looks at, and telemetry readings per series.
 MAX_GRAD_NORMS = 1_000
 MAX_READINGS = 20_000
+MAX_NODES = 1024  # nodes of one Slurm run whose samples are charted
+NODES_LOOK_S = 2.0  # how often a monitor looks for nodes that started sampling
 # A trainer log longer than this, met on a monitor's first poll (a long run opened after a
 # restart), is caught up by sampling all but its last CATCH_UP_TAIL_BYTES, which are read
 # line by line: the page shows the whole curve at once, never after minutes of polls.
@@ -44,10 +47,14 @@ class RunMonitor:
         self.run_dir = run_dir
         self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir=run_dir)
         self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE, run_dir=run_dir)
+        # A Slurm run's nodes each sample themselves into nodes/<rank>/samples.jsonl
+        # (backend/slurm/node_task.py); found as they appear, looked for every NODES_LOOK_S.
+        self.node_tails: dict[str, JsonlTail] = {}
+        self._nodes_looked = float("-inf")
         self.console_tail = TextTail(run_dir / LOG_FILE, run_dir=run_dir)  # for grad_norm, which only train.log has
         self.grad_norms: list[float] = []
         self.series = MetricSeries()
-        self.memory: dict[tuple[str, int], MemorySeries] = {}
+        self.memory: dict[tuple[str, str, int], MemorySeries] = {}
         self.memory_label = ""
         self.first_sample_at: float | None = None
         self.counter = 0  # bumps whenever new points or readings arrive
@@ -71,15 +78,29 @@ class RunMonitor:
                     changed = True
             if len(self.grad_norms) > MAX_GRAD_NORMS:
                 del self.grad_norms[: len(self.grad_norms) - MAX_GRAD_NORMS]
-            for record in self.samples_tail.poll():
-                try:
-                    reading = Reading.from_json(record)
-                except TypeError:
-                    continue
-                self._add_reading(reading)
-                changed = True
+            for tail in (self.samples_tail, *self._node_tails(now)):
+                for record in tail.poll():
+                    try:
+                        reading = Reading.from_json(record)
+                    except TypeError:
+                        continue
+                    self._add_reading(reading)
+                    changed = True
             if changed:
                 self.counter += 1
+
+    def _node_tails(self, now: float) -> list[JsonlTail]:
+        """The samples files of a Slurm run's nodes (none for a local run: no nodes/ folder)."""
+        if now - self._nodes_looked >= NODES_LOOK_S:
+            self._nodes_looked = now
+            from backend.slurm import NODE_SAMPLES_FILE, NODES_DIR
+
+            for name, found in safe_files.list_dir(self.run_dir, NODES_DIR):
+                if len(self.node_tails) >= MAX_NODES:
+                    break
+                if name.isdigit() and len(name) < 8 and stat.S_ISDIR(found.st_mode) and name not in self.node_tails:
+                    self.node_tails[name] = JsonlTail(self.run_dir / NODES_DIR / name / NODE_SAMPLES_FILE, run_dir=self.run_dir)
+        return [self.node_tails[name] for name in sorted(self.node_tails, key=int)]
 
     def _catch_up_by_sampling(self) -> bool:
         """On the first poll of a very long trainer log: its curve up to near the end from
@@ -120,10 +141,12 @@ class RunMonitor:
     def _add_reading(self, reading: Reading) -> None:
         if self.first_sample_at is None:
             self.first_sample_at = reading.at
-        key = (reading.source, reading.gpu)
+        key = (reading.node, reading.source, reading.gpu)
         series = self.memory.get(key)
         if series is None:
             label = reading.label or (f"GPU {reading.gpu}" if reading.source != "process" else "training process")
+            if reading.node:
+                label = f"{reading.node} · {label}"  # every GPU of every node of a Slurm job
             series = self.memory[key] = MemorySeries(reading.gpu, label)
         series.add(
             reading.at - self.first_sample_at,
@@ -158,11 +181,12 @@ class RunMonitor:
             )
 
 
-def log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000) -> str:
-    """The last lines of the run's train.log, read from its end (the log can be large),
-    opened inside the run without following a link (a planted link shows nothing)."""
+def log_tail(run_dir: Path, lines: int = LOG_TAIL_LINES, max_bytes: int = 64_000, name: str = LOG_FILE) -> str:
+    """The last lines of the run's train.log (or another log of the run: `name`), read from
+    its end (the log can be large), opened inside the run without following a link (a
+    planted link shows nothing)."""
     try:
-        data = safe_files.read_tail(run_dir, LOG_FILE, max_bytes)
+        data = safe_files.read_tail(run_dir, name, max_bytes)
     except OSError:
         return ""
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
@@ -226,8 +250,12 @@ class Monitors:
 
 def _version(state: RunState, counter: int, adapter: bool) -> tuple:
     # Changes whenever anything the page shows of the run changes: its state, a new point
-    # or reading (the monitor's counter), the adapter appearing, the stop settings.
-    return (state.state, state.exit_code, counter, adapter, state.stop_reason, state.stop_on_nan)
+    # or reading (the monitor's counter), the adapter appearing, the stop settings, what
+    # Slurm says of its job.
+    return (
+        state.state, state.exit_code, counter, adapter, state.stop_reason, state.stop_on_nan,
+        state.slurm_state, state.slurm_reason, state.slurm_nodes, state.stop_requested,
+    )  # fmt: skip
 
 
 __all__ = [

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from backend.config import RunConfig, parse_form, to_llamafactory_args
+from backend.config import RunConfig, parse_form, schema, to_llamafactory_args
+from backend.config.placement import LocalPlacement, Placement
 from backend.findings import Finding, has_problems
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.runs import CONFIG_FILE, OUTPUT_DIR
@@ -47,6 +48,7 @@ class CheckedForm:
     findings: list[Finding]
     preset: HardwarePreset | None
     plan: DistributedPlan | None
+    placement: Placement = LocalPlacement()
 
 
 class LlamaFactoryCheckCache:
@@ -151,6 +153,8 @@ class ConfigPipeline:
         findings += self._check(config, preset)
         plan, plan_findings = self.plan_of(form, preset)
         findings += plan_findings
+        placement, placement_findings = self.placement_of(form, preset)
+        findings += placement_findings
         from backend.config.other_keys import deepspeed_findings
 
         findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu))
@@ -167,11 +171,34 @@ class ConfigPipeline:
         return check_config(config, preset) + check_output_dir(self.runs_root)
 
     @staticmethod
-    def plan_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[DistributedPlan | None, list[Finding]]:
-        """The multi-GPU / multi-node plan the form asks for: None for one process."""
-        from backend.config.distributed import parse_plan_form
+    def placement_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[Placement, list[Finding]]:
+        """Where the form's run executes (this machine, or Slurm), and the findings about it."""
+        from backend.config.placement import SlurmPlacement, parse_placement_form, plan_findings_on_slurm
 
-        plan, findings = parse_plan_form(form, on_cpu=bool(preset and preset.use_cpu))
+        placement, findings = parse_placement_form(form, use_cpu=bool(preset and preset.use_cpu), gpus_per_preset=preset.devices_per_node if preset else 0)
+        if isinstance(placement, SlurmPlacement):
+            findings += plan_findings_on_slurm(form)
+        return placement, findings
+
+    @staticmethod
+    def plan_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[DistributedPlan | None, list[Finding]]:
+        """The multi-GPU / multi-node plan the form asks for: None for one process. On Slurm,
+        the plan on the nodes and GPUs the Slurm fields ask for (placement.plan_on_slurm)."""
+        from backend.config.distributed import SLURM_DECIDES, check_plan, parse_plan_form
+        from backend.config.placement import SlurmPlacement, plan_on_slurm
+
+        on_cpu = bool(preset and preset.use_cpu)
+        placement, _ = ConfigPipeline.placement_of(form, preset)
+        if isinstance(placement, SlurmPlacement):
+            form_plan, value_findings = parse_plan_form(form, on_cpu=on_cpu, check=False)
+            # The fields Slurm decides are not used: a value typed there is not this run's problem.
+            decided = {f.path for f in schema.plan_fields() if f.name in SLURM_DECIDES} | set(SLURM_DECIDES)
+            findings = [f for f in value_findings if f.key not in decided]
+            plan = plan_on_slurm(form_plan, placement)
+            if plan is None:
+                return None, [f for f in findings if f.severity == "problem"]
+            return plan, findings + [f for f in check_plan(plan) if f.rule != "idle-gpus"]
+        plan, findings = parse_plan_form(form, on_cpu=on_cpu)
         if plan.nproc <= 1 and plan.nnodes <= 1:
             # One process needs no plan, but a refused value (dist_nproc=100000 falls back to
             # its default of 1) must still reach the page rather than vanish with the plan.
@@ -215,12 +242,13 @@ class ConfigPipeline:
         LLaMA-Factory already gave for these exact arguments is added."""
         config, findings, preset = self.parse(form)
         plan, _ = self.plan_of(form, preset)
+        placement, _ = self.placement_of(form, preset)
         if not has_problems(findings):
             if ask_llamafactory:
                 findings = findings + self.llamafactory_findings(config, plan)
             else:
                 findings = findings + (self.lf_cache.cached(self.run_args(config, plan, "output")) or [])
-        return CheckedForm(config, findings, preset, plan)
+        return CheckedForm(config, findings, preset, plan, placement)
 
     def prewarm(self, form: Mapping[str, Any]) -> None:
         """Asks LLaMA-Factory about `form` now, so that a Start with it does not wait."""
@@ -237,7 +265,14 @@ class ConfigPipeline:
         config, preset, plan = checked.config, checked.preset, checked.plan
         output_dir = self.runs_root / "<run-id>" / OUTPUT_DIR
         command = self.shell_lines(config, preset)
-        if plan is not None:
+        from backend.config.placement import SlurmPlacement
+
+        if isinstance(checked.placement, SlurmPlacement):
+            from backend.slurm.script import batch_script
+
+            # What sbatch will be given, as it will be written (the run's id is made at Start).
+            command = batch_script(self.runs_root / "<run-id>", "<run-id>", checked.placement, plan.nproc if plan else 1)
+        elif plan is not None:
             from backend.config.distributed import describe, node_commands
 
             lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)

@@ -1,29 +1,46 @@
-"""The run manager: start, stop, resume, re-attach and delete runs, under one lock.
+"""The run manager: start, queue, stop, resume, re-attach and delete runs, under one lock.
 
-It owns the rule "one run at a time" (a double-click, or two tabs, launch exactly one run),
-the telemetry sampler's attention (it samples the run that trains), and the end of a run
-whose directory vanished (its trainer is stopped: nobody could see or stop it any more).
+It owns the rule "one run at a time on this machine": a Start while a run trains here puts
+the new run in the local queue (backend/runs/queue.py), and the next queued run starts when
+the one training ends (a double-click, or two tabs, still launch exactly one run). A run for a
+Slurm cluster is submitted instead (backend/slurm/executor.py): Slurm is its queue, and any
+number of Slurm runs may wait or run at once. It also owns the telemetry sampler's attention
+(it samples the local run that trains), and the end of a run whose directory vanished (its
+trainer is stopped: nobody could see or stop it any more).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from backend.config import RunConfig
+from backend.config.placement import LocalPlacement, Placement, SlurmPlacement
 from backend.findings import Finding, has_problems
 from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.config.presets import HardwarePreset
-from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore
+from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files
+from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
+from backend.slurm.executor import SlurmExecutor
 
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
     from backend.telemetry.sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+# How often the app looks at the queue on its own (a run started or ended by another process,
+# a command line's `submit`, an app restarted mid-queue); an end seen here starts the next one
+# at once.
+QUEUE_KEEPER_INTERVAL_S = 2.0
+INTENTS_KEPT = 1000  # the Starts remembered, so that a repeated one makes no second run
 
 
 @dataclass(frozen=True)
@@ -33,35 +50,55 @@ class StartResult:
 
     @property
     def started(self) -> bool:
+        """A run was made (it trains, is queued here, or waits in Slurm's queue)."""
         return self.run is not None
+
+    @property
+    def queued(self) -> bool:
+        return self.run is not None and self.run.state == "queued"
 
 
 class RunManager:
     """Every change of a run's life goes through here; the run directory records it."""
 
-    def __init__(self, store: RunStore, pipeline: ConfigPipeline, monitors: Monitors, sampler: Sampler | None = None):
+    def __init__(self, store: RunStore, pipeline: ConfigPipeline, monitors: Monitors, sampler: Sampler | None = None, slurm: SlurmExecutor | None = None):
         self.store = store
         self.pipeline = pipeline
         self.monitors = monitors
         self.launcher = Launcher(store)
+        self.launcher.on_end = self._after_local_end
+        self.slurm = slurm or SlurmExecutor(store)
+        self.queue = RunQueue(store)
         self.sampler = sampler
         # Told of every run that (re)starts training or is re-attached to, so that the
         # backend watches it on its own (the facade wires the decisions here).
         self.on_launch: Callable[[str], None] = lambda run_id: None
-        # Called before any trainer (a training or an evaluation run) starts: whatever else
-        # holds the GPU for the user (the Chat tab's servers) lets go of it first.
+        # Called before any trainer (a training or an evaluation run) starts here: whatever
+        # else holds the GPU for the user (the Chat tab's servers) lets go of it first.
         self.before_launch: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # start, resume and delete: one at a time
         self._watched: str | None = None  # the run the sampler samples
         self._last_seen: dict[str, RunState] = {}  # to stop a trainer whose run directory vanished
+        self._keeper: threading.Thread | None = None
+        self._intents: dict[str, str] = {}  # a Start's intent -> the run it made (oldest first)
+        self._keeper_stop = threading.Event()
 
     # --- reading --------------------------------------------------------------------
+
+    def _settle(self, state: RunState) -> RunState:
+        """The run's state now: a local trainer found gone is recorded as ended; a Slurm run
+        gets what Slurm last said of its job (never waiting on Slurm: see SlurmExecutor)."""
+        if not state.active:
+            return state
+        if state.local:
+            return self.launcher.refresh(state.id)
+        return self.slurm.refresh(state)
 
     def refresh(self, run_id: str) -> RunState:
         """The run's state now (a run that ended while nobody watched is settled). Raises
         RunNotFound, after stopping its trainer, when the run's directory is gone."""
         try:
-            state = self.launcher.refresh(run_id)
+            state = self._settle(self.store.read(run_id))
         except RunNotFound:
             self._vanished(run_id)
             raise
@@ -71,23 +108,28 @@ class RunManager:
         return state
 
     def runs(self) -> list[RunState]:
-        return [self.launcher.refresh(s.id) if s.active else s for s in self.store.list()]
+        return [self._settle(s) for s in self.store.list()]
 
     def active_run(self) -> RunState | None:
+        """The run that holds this machine: starting or training here (a Slurm run does not)."""
         for state in self.store.list():
-            if state.active:
+            if state.active and state.local:
                 state = self.launcher.refresh(state.id)
                 if state.active:
                     return state
         return None
 
+    def live_runs(self) -> list[RunState]:
+        """Every run with something alive: the local one, and each Slurm job pending or running."""
+        return [state for state in (self._settle(s) for s in self.store.list() if s.active) if state.active]
+
     def is_active(self, run_id: str) -> bool:
         try:
-            return self.launcher.refresh(run_id).active
+            return self._settle(self.store.read(run_id)).active
         except RunNotFound:
             return False
 
-    # --- start, resume, re-attach ---------------------------------------------------
+    # --- start, queue, resume, re-attach ---------------------------------------------
 
     def start(
         self,
@@ -96,43 +138,105 @@ class RunManager:
         plan: DistributedPlan | None,
         findings: list[Finding],
         stop_on_nan: bool = False,
+        placement: Placement | None = None,
+        intent: str = "",
     ) -> StartResult:
-        """Creates the run and launches its trainer, unless another run is training."""
-        with self._lock:  # a double-click launches exactly one run
+        """Creates the run and launches its trainer here; queues it while another run trains
+        here; submits it to Slurm for a Slurm placement.
+
+        `intent` names the form the Start came from (the page makes one each time it opens a
+        form for a new run): a second Start with the same intent (a double-click, two racing
+        events of one tab) is the same Start, and answers with the run the first one made."""
+        placement = placement or LocalPlacement()
+        with self._lock:
+            earlier = self._intents.get(intent) if intent else None
+            if earlier is not None:
+                try:
+                    return StartResult(self.store.read(earlier), findings)
+                except RunNotFound:
+                    pass
+            # Slurm runs are not this machine's: many may wait or run at once.
+            if isinstance(placement, SlurmPlacement):
+                return self._remember(intent, self._submit(config, preset, plan, placement, findings, stop_on_nan))
+        with self._lock, self.queue.locked():  # a double-click launches exactly one run
+            earlier = self._intents.get(intent) if intent else None
+            if earlier is not None:
+                return StartResult(self.store.read(earlier), findings)
             active = self.active_run()
-            if active is not None:
-                return StartResult(None, findings + [Finding.of("start", "run-active", run_id=active.id, state=active.state)])
-            return StartResult(self._create_and_launch(config, preset, plan, stop_on_nan), findings)
+            if active is None and not self.queue.queued():
+                return self._remember(intent, StartResult(self._create_and_launch(config, preset, plan, stop_on_nan), findings))
+            try:
+                queued = self._create(config, plan, placement, stop_on_nan, queued=True)
+            except QueueFull:
+                return StartResult(None, findings + [Finding.of("start", "queue-full")])
+            self._remember(intent, StartResult(queued, findings))
+        if active is None:
+            self.advance_queue()  # nothing trains: the head of the queue starts now
+            queued = self.store.read(queued.id)
+        return StartResult(queued, findings)
 
-    def _create_and_launch(self, config: RunConfig, preset: HardwarePreset | None, plan: DistributedPlan | None, stop_on_nan: bool) -> RunState:
-        import yaml
+    def _remember(self, intent: str, result: StartResult) -> StartResult:
+        if intent and result.run is not None:
+            self._intents[intent] = result.run.id
+            while len(self._intents) > INTENTS_KEPT:
+                self._intents.pop(next(iter(self._intents)))
+        return result
 
-        from backend.config.distributed import deepspeed_files, free_port, launch_env, saved_form
+    def _launch_env(self, config: RunConfig, plan: DistributedPlan | None) -> dict[str, str]:
+        from backend.config.distributed import launch_env
 
-        if plan is not None and plan.nnodes == 1:
-            plan = replace(plan, master_port=free_port())
-        run_id = self.store.new_run_id(config.run_name)
-        output_dir = self.store.root / run_id / OUTPUT_DIR
-        form = saved_form(config, plan)  # the checked values, not what was typed
-        state = self.store.create(
-            name=config.run_name,
-            preset=config.hardware.preset,
-            model=config.model.model_name_or_path,
-            files={
-                CONFIG_FILE: yaml.safe_dump(self.pipeline.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
-                FORM_FILE: json.dumps(form, indent=2),
-                LOG_FILE: "",
-                **(deepspeed_files(plan) if plan is not None else {}),
-                **self._user_deepspeed_file(config),
-            },
-            run_id=run_id,
-        )
-        if stop_on_nan:
-            self.store.update(state.id, stop_on_nan=True)
         env = dict(config.hardware.env)
         if plan is not None:
             env.update(launch_env(plan))
-        return self.launch(state.id, env)
+        return env
+
+    def _create(self, config: RunConfig, plan: DistributedPlan | None, placement: Placement, stop_on_nan: bool, queued: bool = False, extra_files: dict[str, str] | None = None, run_id: str | None = None) -> RunState:
+        """The run's directory, whole: config, form, log, DeepSpeed files; a queued run also
+        its launch.json (what its trainer will get), and it joins the queue first."""
+        import yaml
+
+        from backend.config.distributed import deepspeed_files, free_port, saved_form
+
+        if plan is not None and plan.nnodes == 1 and not queued and isinstance(placement, LocalPlacement):
+            plan = replace(plan, master_port=free_port())
+        run_id = run_id or self.store.new_run_id(config.run_name)
+        output_dir = self.store.root / run_id / OUTPUT_DIR
+        files = {
+            CONFIG_FILE: yaml.safe_dump(self.pipeline.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
+            FORM_FILE: json.dumps(saved_form(config, plan, placement), indent=2),  # the checked values, not what was typed
+            LOG_FILE: "",
+            **(deepspeed_files(plan) if plan is not None else {}),
+            **self._user_deepspeed_file(config),
+            **(extra_files or {}),
+        }
+        if queued:
+            files[LAUNCH_FILE] = launch_file(self._launch_env(config, plan))
+            self.queue.join(run_id)
+        try:
+            state = self.store.create(
+                name=config.run_name,
+                preset=config.hardware.preset,
+                model=config.model.model_name_or_path,
+                files=files,
+                run_id=run_id,
+                executor=placement.kind,
+                state="queued" if queued else "starting",
+            )
+        except BaseException:
+            if queued:
+                self.queue.leave(run_id)
+            raise
+        if stop_on_nan:
+            state = self.store.update(state.id, stop_on_nan=True)
+        return state
+
+    def _create_and_launch(self, config: RunConfig, preset: HardwarePreset | None, plan: DistributedPlan | None, stop_on_nan: bool) -> RunState:
+        from backend.config.distributed import free_port
+
+        if plan is not None and plan.nnodes == 1:
+            plan = replace(plan, master_port=free_port())
+        state = self._create(config, plan, LocalPlacement(), stop_on_nan)
+        return self.launch(state.id, self._launch_env(config, plan))
 
     def _user_deepspeed_file(self, config: RunConfig) -> dict[str, str]:
         """The DeepSpeed file named in Other keys, copied into the run (checked before: a
@@ -154,9 +258,9 @@ class RunManager:
         findings: list[Finding] | None = None,
     ) -> StartResult:
         """Creates an evaluation run (kind "evaluate", its files already checked by the
-        EvaluationDesk) and launches it like a trainer, unless another run is active."""
+        EvaluationDesk) and launches it like a trainer, unless another run is active here."""
         findings = list(findings or [])
-        with self._lock:
+        with self._lock, self.queue.locked():
             active = self.active_run()
             if active is not None:
                 return StartResult(None, findings + [Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=active.state)])
@@ -164,7 +268,7 @@ class RunManager:
             return StartResult(self.launch(state.id, env), findings)
 
     def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
-        """Starts the trainer (or `command`, a stand-in in tests) of an existing run, and
+        """Starts the trainer (or `command`, a stand-in in tests) of an existing run here, and
         watches it: telemetry samples it, the backend decides about it."""
         for let_go in self.before_launch:
             let_go()
@@ -173,28 +277,176 @@ class RunManager:
         self.on_launch(run_id)
         return state
 
+    # --- the local queue ------------------------------------------------------------
+
+    def queued_runs(self) -> list[RunState]:
+        return self.queue.queued()
+
+    def advance_queue(self) -> RunState | None:
+        """Starts the first queued run when nothing trains here; returns it (None: nothing
+        started). A queued run that cannot start (its files were broken meanwhile) is
+        recorded as failed, and the next one is tried."""
+        with self._lock, self.queue.locked():
+            if self.active_run() is not None:
+                return None
+            for state in self.queue.queued():
+                self.queue.leave(state.id)
+                try:
+                    env = read_launch_env(self.store.run_dir(state.id))
+                    if env.get("NNODES") == "1" and "MASTER_PORT" in env:
+                        from backend.config.distributed import free_port
+
+                        env["MASTER_PORT"] = str(free_port())  # free now, not when it was queued
+                    self.store.update(state.id, state="starting", queued_at=None)
+                    return self.launch(state.id, env)
+                except (OSError, ValueError, RunNotFound) as error:
+                    log.warning("queued run %s could not start: %s", state.id, error)
+                    try:
+                        self.store.update(state.id, state="failed", stop_reason="reason.queue_start_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time())
+                    except RunNotFound:
+                        pass
+        return None
+
+    def cancel_queued(self, run_id: str) -> list[Finding]:
+        """Takes a queued run out of the queue (it never starts); why not, otherwise."""
+        with self._lock, self.queue.locked():
+            state = self.store.read(run_id)
+            if state.state != "queued":
+                return [Finding.of("queue", "not-queued", run_id=run_id, state=state.state)]
+            self.queue.leave(run_id)
+            self.store.update(run_id, state="stopped", stop_reason="reason.cancelled_in_queue", stop_reason_params={}, queued_at=None, ended_at=time.time())
+        return []
+
+    def move_queued(self, run_id: str, offset: int) -> bool:
+        """Moves a queued run `offset` places (negative: sooner)."""
+        with self.queue.locked():
+            return self.queue.move(run_id, offset)
+
+    def _after_local_end(self, run_id: str) -> None:
+        """A trainer here ended: the next queued run starts (on a thread of its own: the end
+        may be seen while this manager's lock is held)."""
+        threading.Thread(target=self._advance_quietly, daemon=True, name="queue-next").start()
+
+    def _advance_quietly(self) -> None:
+        try:
+            self.advance_queue()
+        except Exception:  # the keeper tries again
+            log.exception("starting the next queued run failed")
+
+    def keep_queue(self, interval_s: float = QUEUE_KEEPER_INTERVAL_S) -> None:
+        """Looks at the queue every `interval_s` on a thread of its own while the app runs:
+        whatever ended a run (another process, a trainer that died while nobody watched), the
+        next one starts. Reads queue.json only while nothing is queued."""
+        if self._keeper is not None and self._keeper.is_alive():
+            return
+        self._keeper_stop.clear()
+
+        def loop() -> None:
+            while not self._keeper_stop.wait(interval_s):
+                try:
+                    if self.queue.order():
+                        self.advance_queue()
+                except Exception:
+                    log.exception("the queue keeper failed")
+
+        self._keeper = threading.Thread(target=loop, daemon=True, name="queue-keeper")
+        self._keeper.start()
+
+    def stop_keeping_queue(self) -> None:
+        self._keeper_stop.set()
+
+    # --- Slurm ----------------------------------------------------------------------
+
+    def _submit(self, config: RunConfig, preset: HardwarePreset | None, plan: DistributedPlan | None, placement: SlurmPlacement, findings: list[Finding], stop_on_nan: bool) -> StartResult:
+        """A Slurm run: the cluster is asked first (preflight), then the run's directory is
+        made with its batch script and sbatch submits it; a refusal removes the run again."""
+        from backend.config.distributed import slurm_launch_env
+        from backend.slurm.preflight import preflight
+        from backend.slurm.script import SCRIPT_FILE, batch_script, sbatch_argv
+
+        run_id = self.store.new_run_id(config.run_name)
+        run_dir = self.store.root / run_id
+        script = batch_script(run_dir, run_id, placement, plan.nproc if plan else 1)
+        checked = preflight(self.slurm.client, self.slurm.facts, placement, script, self.store.root)
+        findings = findings + checked
+        if has_problems(checked):
+            return StartResult(None, findings)
+        env = dict(config.hardware.env)
+        if plan is not None:
+            env.update(slurm_launch_env(plan))
+        state = self._create(config, plan, placement, stop_on_nan, extra_files={SCRIPT_FILE: script, LAUNCH_FILE: launch_file(env)}, run_id=run_id)
+        submitted, why = self.slurm.submit(state.id, sbatch_argv(run_dir, run_dir / SCRIPT_FILE))
+        if submitted is None:
+            self.store.delete(state.id)  # nothing half-made is left
+            return StartResult(None, findings + [self._submit_finding(why, placement)])
+        self.on_launch(state.id)
+        return StartResult(submitted, findings)
+
+    def _submit_finding(self, why: Any, placement: SlurmPlacement) -> Finding:
+        """sbatch's refusal (or why it could not be asked) as a finding."""
+        from backend.slurm.parse import SbatchRefusal
+        from backend.slurm.preflight import problem_finding, refusal_finding
+
+        if isinstance(why, SbatchRefusal):
+            return refusal_finding(why, placement, self.slurm.facts.get().partitions)
+        return problem_finding(why)
+
+    def _resubmit(self, run_id: str, form: dict[str, Any], preset: HardwarePreset | None, plan: DistributedPlan | None, placement: SlurmPlacement) -> StartResult:
+        """Resume of a Slurm run: a new job from its newest checkpoint (config.yaml already
+        rewritten by prepare_resume), with the batch script written anew."""
+        from backend.config.distributed import slurm_launch_env
+        from backend.slurm.preflight import preflight
+        from backend.slurm.script import SCRIPT_FILE, batch_script, sbatch_argv
+
+        run_dir = self.store.run_dir(run_id)
+        script = batch_script(run_dir, run_id, placement, plan.nproc if plan else 1)
+        checked = preflight(self.slurm.client, self.slurm.facts, placement, script, self.store.root)
+        if has_problems(checked):
+            return StartResult(None, checked)
+        env = dict(preset.env) if preset else {}
+        if plan is not None:
+            env.update(slurm_launch_env(plan))
+        safe_files.write_atomic(run_dir, SCRIPT_FILE, script.encode("utf-8"))
+        safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env).encode("utf-8"))
+        submitted, why = self.slurm.submit(run_id, sbatch_argv(run_dir, run_dir / SCRIPT_FILE))
+        if submitted is None:
+            return StartResult(None, checked + [self._submit_finding(why, placement)])
+        self.monitors.forget(run_id)
+        self.on_launch(run_id)
+        return StartResult(submitted, checked)
+
+    # --- resume and re-attach ----------------------------------------------------------
+
     def resume(self, run_id: str) -> StartResult:
-        """Continues a stopped or failed run from its latest complete checkpoint."""
+        """Continues a stopped or failed run from its latest complete checkpoint (here, or as
+        a new Slurm job for a Slurm run)."""
         from backend.runs.resume import Refusal, prepare_resume, resume_plan
 
         with self._lock:
-            active = self.active_run()
+            try:
+                current = self._settle(self.store.read(run_id))
+            except RunNotFound:
+                current = None
+            active = self.active_run() if current is None or current.local else None
             if active is not None:
                 return StartResult(None, [Finding.of("resume", "run-active", message="run-active-resume", run_id=active.id, state=active.state)])
-            refusal = resume_plan(self.store, run_id)
+            refusal = resume_plan(self.store, run_id, current)
             if isinstance(refusal, Refusal):
                 return StartResult(None, [refusal.finding()])
             from backend.config.distributed import form_from_saved
 
             form = form_from_saved(self.store.read_form(run_id))
             preset = self.pipeline.preset(str(form.get("preset", "")))
-            env = dict(preset.env) if preset else {}
             plan, plan_findings = self.pipeline.plan_of(form, preset)
+            placement, placement_findings = self.pipeline.placement_of(form, preset)
             # A form.json edited by hand (or written before a rule existed) is checked like
             # the page's form: a refused RCCL line stops the resume before anything changes.
-            if has_problems(plan_findings):
-                return StartResult(None, plan_findings)
+            if has_problems(plan_findings + placement_findings):
+                return StartResult(None, plan_findings + placement_findings)
             prepare_resume(self.store, run_id)
+            if isinstance(placement, SlurmPlacement) and current is not None and not current.local:
+                return self._resubmit(run_id, form, preset, plan, placement)
+            env = dict(preset.env) if preset else {}
             if plan is not None:
                 from backend.config.distributed import launch_env
 
@@ -203,16 +455,32 @@ class RunManager:
             return StartResult(self.launch(run_id, env), [])
 
     def reattach(self) -> RunState | None:
-        """After a restart: follow the run that is still training, settle the ones that ended."""
+        """After a restart: follow the run still training here and every Slurm job still
+        pending or running, settle the ones that ended, and start the queue's next run if
+        nothing trains here."""
         active = self.active_run()
         if active is not None:
             self._watch(active)
             self.on_launch(active.id)
+        for state in self.store.list():
+            if state.active and not state.local:
+                self.on_launch(state.id)
+        if active is None and self.queue.order():
+            started = self.advance_queue()
+            return started
         return active
 
     # --- stop and the run's settings -------------------------------------------------
 
     def stop(self, run_id: str) -> RunState:
+        """Stops a run: a local trainer (at most 10 s), a Slurm job (asked to stop and save;
+        cancelled if it does not), or a queued run (taken out of the queue)."""
+        state = self.store.read(run_id)
+        if state.state == "queued":
+            self.cancel_queued(run_id)
+            return self.store.read(run_id)
+        if not state.local:
+            return self.slurm.stop(run_id)
         state = self.launcher.stop(run_id)
         self._unwatch_if(run_id)
         return state
@@ -220,8 +488,7 @@ class RunManager:
     def stop_for_alert(self, run_id: str) -> RunState:
         """Stops a run whose loss or gradients diverged (its stop-on-NaN setting is on),
         saying why in its state."""
-        self.launcher.stop(run_id)
-        self._unwatch_if(run_id)
+        self.stop(run_id)
         # A message id: the page renders it in its own language (view.stop_reason_text).
         return self.store.update(run_id, stop_reason="reason.stopped_on_nan", stop_reason_params={})
 
@@ -236,12 +503,14 @@ class RunManager:
     # --- delete ---------------------------------------------------------------------
 
     def delete(self, run_id: str) -> list[Finding]:
-        """Deletes a run that is not training; returns why not (nothing when deleted).
-        Raises RunNotFound for an id that is not a run (a hostile one included)."""
-        with self._lock:  # a resume cannot start the run while it is being removed
+        """Deletes a run that is not training (a queued one leaves the queue); returns why not
+        (nothing when deleted). Raises RunNotFound for an id that is not a run (a hostile one
+        included)."""
+        with self._lock, self.queue.locked():  # a resume cannot start the run while it is being removed
             state = self.refresh(run_id)
             if state.active:
                 return [Finding.of("delete", "run-active", message="run-active-delete", run_id=run_id, state=state.state)]
+            self.queue.leave(run_id)
             self.monitors.forget(run_id)
             self._last_seen.pop(run_id, None)
             self.store.delete(run_id)
@@ -260,8 +529,8 @@ class RunManager:
     # --- the sampler, and runs that vanished ------------------------------------------
 
     def _watch(self, state: RunState) -> None:
-        if self.sampler is None:
-            return
+        if self.sampler is None or not state.local:
+            return  # a Slurm run's nodes sample themselves (backend/slurm/node_task.py)
         self._watched = state.id
         self.sampler.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
 
@@ -285,8 +554,10 @@ class RunManager:
         self.monitors.forget(run_id)
         self._unwatch_if(run_id)
         last = self._last_seen.pop(run_id, None)
-        if last is not None and last.active and last.pid is not None and last.pid_started is not None:
+        if last is not None and last.active and last.local and last.pid is not None and last.pid_started is not None:
             stop_tree(ProcessIdentity(last.pid, last.pid_started))
+        elif last is not None and last.active and last.job_id:
+            self.slurm.client.cancel(last.job_id)  # a Slurm job nobody can see or stop any more
 
 
-__all__ = ["RunManager", "StartResult"]
+__all__ = ["QUEUE_KEEPER_INTERVAL_S", "RunManager", "StartResult"]

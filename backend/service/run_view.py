@@ -30,7 +30,7 @@ class RunView:
     download: Path | None = None  # a servable copy of the adapter.zip; None: nothing to download
     log_tail: str = ""  # the end of train.log, once the run has ended
     version: tuple | None = None  # what was drawn: the page sends it back to skip unchanged views
-    active: bool = False  # the run trains: the page keeps polling it
+    active: bool = False  # the run trains, waits in Slurm's queue or in this machine's: the page keeps polling it
     # The run's own stop-on-NaN setting while it trains; None: not a training run's, the
     # page's checkbox keeps its value (the setting for the next start).
     stop_on_nan: bool | None = None
@@ -52,7 +52,7 @@ def gone_view(run_id: str, locale: str = "en") -> RunView:
 
 
 def unchanged_view(snapshot: RunSnapshot, version: tuple) -> RunView:
-    return RunView(snapshot.run.id, version=version, active=snapshot.run.active, unchanged=True)
+    return RunView(snapshot.run.id, version=version, active=snapshot.run.alive, unchanged=True)
 
 
 def run_view(
@@ -64,18 +64,19 @@ def run_view(
     download: Path | None = None,
     resumable: bool = False,
     config_yaml: str | None = None,
+    where: str = "",
 ) -> RunView:
     run = snapshot.run
     return RunView(
         run.id,
-        status=view.status_markdown(snapshot, cause, fix, locale),
+        status=view.status_markdown(snapshot, cause, fix, locale, where),
         alert=view.alert_markdown(snapshot, locale),
         progress=view.progress_html(snapshot, locale),
         gpu_table=view.gpu_table_markdown(snapshot, locale),
         download=download,
         log_tail=snapshot.log_tail,
         version=version,
-        active=run.active,
+        active=run.alive,
         stop_on_nan=run.stop_on_nan if run.active else None,
         resumable=resumable,
         config_yaml=config_yaml,

@@ -24,13 +24,21 @@ class Reading:
     source: str  # "sysfs", "amd-smi", "rocm-smi", "nvidia-smi", "process"
     at: float  # time.time() of the sample
     label: str = ""  # what the line on the chart is called, e.g. "GPU 0 (gfx1100)"
+    # The node it was read on, for a run on several machines (a Slurm job's node name, written
+    # by that node's own sampler); "" on this machine.
+    node: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.node:
+            del data["node"]  # a reading of this machine is written as before nodes existed
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Reading":
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        values = {k: data.get(k) for k in cls.__dataclass_fields__}
+        values["node"] = str(values["node"] or "")[:64]
+        return cls(**values)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Callable
 
@@ -43,8 +44,12 @@ class Sampler:
         idle_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         sysfs_root: Path = Path("/sys"),
+        node: str = "",
     ) -> None:
         self.interval_s = interval_s
+        # The node every reading written is labelled with (a Slurm job's node task samples
+        # its own node); "" for this machine.
+        self.node = node
         self.sysfs_root = Path(sysfs_root)  # a fake tree stands in for /sys in tests and demos
         # A cached tick older than this is not shown as "now" (the source is stuck or backed off).
         self.ttl_s = ttl_s if ttl_s is not None else max(10.0, 5 * interval_s)
@@ -244,6 +249,8 @@ class Sampler:
                 # O_NOFOLLOW: a link planted at the samples file must not redirect our writes.
                 fd = os.open(self._samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
                 self._samples_file = os.fdopen(fd, "a", encoding="utf-8")
+            if self.node:
+                readings = [replace(r, node=self.node) for r in readings]
             self._samples_file.write("".join(json.dumps(r.to_json()) + "\n" for r in readings))
             self._samples_file.flush()
         except OSError as exc:  # disk full, run directory deleted: keep sampling, say so once

@@ -42,12 +42,25 @@ def find_tool(name: str, env: Mapping[str, str] | None = None) -> str | None:
     return shutil.which(name, path=path)
 
 
+# What a tool may print before the rest is dropped: far above any answer RocBoard asks for
+# (a node list of a 10,000-node cluster is ~5 MB), so a runaway tool cannot fill the memory.
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+
+
 def run_tool(
     argv: Sequence[str],
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    *,
+    own: Mapping[str, str] | None = None,
+    input_text: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> ToolOutput:
-    """Run `argv` (argv[0] is looked up on the env's PATH) and collect its output."""
+    """Run `argv` (argv[0] is looked up on the env's PATH) and collect its output.
+
+    `own`: variables RocBoard itself sets for the tool (child_env's `own`: SLURM_CONF for a
+    Slurm client); `input_text`: what the tool reads on stdin (sbatch --test-only reads the
+    script there)."""
     started = time.monotonic()
     argv = tuple(argv)
     exe = find_tool(argv[0], env) if os.sep not in argv[0] else argv[0]
@@ -56,18 +69,19 @@ def run_tool(
     try:
         proc = subprocess.Popen(
             (exe, *argv[1:]),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if input_text is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             # Only the allow-listed variables (PATH, HIP_*/ROCR_*/CUDA_* visibility, ...) reach
             # the tool: never ROCBOARD_AUTH or another secret of the web process.
-            env=child_env(env),
+            env=child_env(env, own=own),
+            cwd=cwd,
             start_new_session=True,  # own process group, so a timeout kills the whole tree
         )
     except OSError as exc:
         return ToolOutput(argv, "", "", None, time.monotonic() - started, error=f"could not start: {exc}")
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(input=None if input_text is None else input_text.encode("utf-8"), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
@@ -93,4 +107,4 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _text(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", errors="replace")
+    return (data or b"")[:MAX_OUTPUT_BYTES].decode("utf-8", errors="replace")

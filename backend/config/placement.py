@@ -1,0 +1,322 @@
+"""Where a run executes: a named, typed choice made on the form (schema.PLACEMENT_FIELDS).
+
+- `LocalPlacement`: this machine. The launcher starts the trainer here (backend/runs/launcher.py);
+  a second Start while a run trains here waits in the local queue (backend/runs/queue.py).
+- `SlurmPlacement`: a batch job on a Slurm cluster whose nodes share the runs directory
+  (backend/slurm/). Its fields become #SBATCH lines; empty text and 0 leave the option to the
+  cluster's defaults. Slurm is then the queue.
+
+`parse_placement_form` turns the page's raw values into one of the two with every finding
+about them (each bad value falls back to its default, as every field of the form does); it
+asks the cluster nothing: backend/slurm/preflight.py compares the request with what the
+cluster has, before anything is created. Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
+
+from backend.config import field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, NotANumber, NumberTooLarge
+from backend.config import schema
+from backend.config.schema import SBATCH_EXTRA_MAX_LINES
+from backend.findings import Finding
+from backend.slurm.parse import parse_memory_mb, parse_time_limit
+
+if TYPE_CHECKING:
+    from backend.config.distributed import DistributedPlan
+
+
+@dataclass(frozen=True)
+class LocalPlacement:
+    kind: Literal["local"] = "local"
+
+
+@dataclass(frozen=True)
+class SlurmPlacement:
+    """A Slurm batch job: one task per node (torchrun starts that node's workers)."""
+
+    partition: str = ""  # "": the cluster's default partition
+    account: str = ""  # "": the user's default account
+    nodes: int = 1
+    gpus_per_node: int = 0  # 0: no GPU asked for (the CPU demo)
+    cpus_per_task: int = 0  # 0: Slurm's default (one)
+    memory: str = ""  # --mem, per node (= per task): "64G"; "": the partition's default
+    time_limit: str = ""  # --time as typed ("04:00:00", "2-00:00:00"); "": the partition's default
+    extra: tuple[tuple[str, str], ...] = ()  # more #SBATCH options: (long name, value or "")
+    kind: Literal["slurm"] = "slurm"
+
+    @property
+    def time_limit_s(self) -> int | None:
+        """The time limit in seconds; None when none is asked for (or it is unlimited)."""
+        try:
+            return parse_time_limit(self.time_limit) if self.time_limit else None
+        except ValueError:
+            return None
+
+    @property
+    def memory_mb(self) -> int | None:
+        try:
+            return parse_memory_mb(self.memory) if self.memory else None
+        except ValueError:
+            return None
+
+
+Placement = Union[LocalPlacement, SlurmPlacement]
+
+# A partition, account, QOS or reservation name as Slurm allows them in practice.
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+
+# The extra #SBATCH options a user may add, by long name -> whether it takes a value
+# ("optional": `--exclusive` or `--exclusive=user`). Every other option is refused: the ones
+# RocBoard writes itself from the form (SBATCH_OWN_OPTIONS), and any that moves files or
+# runs something else (--output, --chdir, --wrap, --export, --uid, --container, --bb...).
+SBATCH_EXTRA_OPTIONS: dict[str, str] = {
+    "qos": "value",
+    "constraint": "value",
+    "reservation": "value",
+    "exclusive": "optional",
+    "exclude": "value",
+    "nodelist": "value",
+    "mail-type": "value",
+    "mail-user": "value",
+    "comment": "value",
+    "nice": "optional",
+    "begin": "value",
+    "hint": "value",
+    "requeue": "none",
+    "no-requeue": "none",
+    "gres": "value",
+    "gpu-bind": "value",
+    "gpus-per-task": "value",
+    "mem-per-gpu": "value",
+    "switches": "value",
+    "licenses": "value",
+    "wckey": "value",
+    "priority": "value",
+    "deadline": "value",
+}
+# Options the form's own fields (and RocBoard) set: each is named with the field to use.
+SBATCH_OWN_OPTIONS: dict[str, str] = {
+    "partition": "slurm_partition",
+    "account": "slurm_account",
+    "time": "slurm_time",
+    "nodes": "slurm_nodes",
+    "gpus-per-node": "slurm_gpus_per_node",
+    "gpus": "slurm_gpus_per_node",
+    "cpus-per-task": "slurm_cpus_per_task",
+    "mem": "slurm_mem",
+    "mem-per-cpu": "slurm_mem",
+    "job-name": "run_name",
+    "ntasks": "slurm_nodes",
+    "ntasks-per-node": "slurm_nodes",
+}
+# One-letter forms of the options above (sbatch's own).
+SBATCH_SHORT_OPTIONS: dict[str, str] = {
+    "q": "qos", "C": "constraint", "x": "exclude", "w": "nodelist", "p": "partition", "A": "account",
+    "t": "time", "N": "nodes", "G": "gpus", "c": "cpus-per-task", "J": "job-name", "n": "ntasks",
+    "o": "output", "e": "error", "D": "chdir", "i": "input",
+}  # fmt: skip
+# A value of an extra option: what constraint expressions, node lists, mail addresses and
+# times need, and nothing a shell or sbatch's own parser could take for more than one value.
+_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+/%=\[\]()|&*!-]{1,256}$")
+_SBATCH_OPTION = re.compile(r"^(?:#SBATCH\s+)?(?P<dashes>--?)(?P<name>[A-Za-z][A-Za-z0-9-]*)(?:(?:=|\s+)(?P<value>\S.*))?$")
+
+
+def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Finding]]:
+    """The extra #SBATCH lines (one option a line, `#SBATCH` optional, blank lines and
+    `# comments` skipped) -> ((long name, value), ...), and a finding for each refused line."""
+    options: list[tuple[str, str]] = []
+    findings: list[Finding] = []
+    lines = [line.strip() for line in str(text).splitlines()]
+    lines = [line for line in lines if line and not (line.startswith("#") and not line.upper().startswith("#SBATCH"))]
+    if len(lines) > SBATCH_EXTRA_MAX_LINES:
+        return (), [Finding.of("slurm_extra", "too-many-items", field=field_noun("slurm_extra"), count=len(lines), limit=SBATCH_EXTRA_MAX_LINES)]
+    for number, line in enumerate(lines, start=1):
+        match = _SBATCH_OPTION.match(line)
+        if match is None:
+            findings.append(Finding.of("slurm_extra", "sbatch-line-syntax", number=number, line=shown(line, 80)))
+            continue
+        name = match.group("name")
+        if match.group("dashes") == "-":
+            if len(name) != 1:
+                findings.append(Finding.of("slurm_extra", "sbatch-line-syntax", number=number, line=shown(line, 80)))
+                continue
+            name = SBATCH_SHORT_OPTIONS.get(name, name)
+        value = (match.group("value") or "").strip()
+        if name in SBATCH_OWN_OPTIONS:
+            findings.append(Finding.of("slurm_extra", "sbatch-option-own", number=number, option=f"--{name}", field=field_noun(SBATCH_OWN_OPTIONS[name])))
+            continue
+        takes = SBATCH_EXTRA_OPTIONS.get(name)
+        if takes is None:
+            findings.append(Finding.of("slurm_extra", "sbatch-option-refused", number=number, option=shown(f"--{name}", 60), allowed=", ".join(f"--{option}" for option in SBATCH_EXTRA_OPTIONS)))
+            continue
+        if takes == "value" and not value or takes == "none" and value:
+            findings.append(Finding.of("slurm_extra", "sbatch-option-value", message="sbatch-option-needs-value" if takes == "value" else "sbatch-option-no-value", number=number, option=f"--{name}"))
+            continue
+        if value and not _SBATCH_VALUE.match(value):
+            findings.append(Finding.of("slurm_extra", "sbatch-option-value", number=number, option=f"--{name}", value=shown(value, 60)))
+            continue
+        options.append((name, value))
+    return tuple(options), findings
+
+
+def format_sbatch_lines(options: tuple[tuple[str, str], ...]) -> str:
+    return "\n".join(f"--{name}={value}" if value else f"--{name}" for name, value in options)
+
+
+def _whole(values: Mapping[str, Any], name: str, findings: list[Finding]) -> int:
+    """A whole number inside the field's range, else a finding and the default."""
+    default = schema.field(name).default
+    value = values.get(name, default)
+    value = value.strip() if isinstance(value, str) else value
+    what = field_noun(name)
+    try:
+        number = int(parse_number(value, int))
+    except NumberTooLarge:
+        findings.append(huge_finding(name, value, what))
+        return int(default)
+    except NotANumber:
+        findings.append(not_a_number_finding(name, value, what, int))
+        return int(default)
+    out_of_range = range_finding(name, number, what)
+    if out_of_range is not None:
+        findings.append(out_of_range)
+        return int(default)
+    return number
+
+
+def _text(values: Mapping[str, Any], name: str, findings: list[Finding]) -> str:
+    form_field = schema.field(name)
+    text, bad = parse_text(values.get(name, form_field.default), field_noun(name), form_field.max_chars, key=name)
+    if bad is not None:
+        findings.append(bad)
+        return str(form_field.default)
+    return text.strip()
+
+
+def parse_placement_form(values: Mapping[str, Any], use_cpu: bool = False, gpus_per_preset: int = 0) -> tuple[Placement, list[Finding]]:
+    """Where the form's run executes, and every finding about it. `use_cpu` and
+    `gpus_per_preset`: the preset's (a GPU preset on Slurm must ask for GPUs)."""
+    findings: list[Finding] = []
+    run_on = values.get("run_on", "local")
+    if run_on not in schema.RUN_ON:
+        findings.append(Finding.of("run_on", "bad-choice", field=field_noun("run_on"), value=shown(run_on), choices=", ".join(schema.RUN_ON)))
+        return LocalPlacement(), findings
+    if run_on == "local":
+        return LocalPlacement(), findings
+    partition = _text(values, "slurm_partition", findings)
+    account = _text(values, "slurm_account", findings)
+    for name, text in (("slurm_partition", partition), ("slurm_account", account)):
+        if text and not _SLURM_NAME.match(text):
+            findings.append(Finding.of(name, "slurm-bad-name", field=field_noun(name), value=shown(text, 64)))
+    time_limit = _text(values, "slurm_time", findings)
+    if time_limit:
+        try:
+            seconds = parse_time_limit(time_limit)
+        except ValueError:
+            seconds = -1
+        if seconds is not None and seconds <= 0:
+            findings.append(Finding.of("slurm_time", "slurm-time-format", value=shown(time_limit, 32)))
+            time_limit = ""
+    memory = _text(values, "slurm_mem", findings)
+    if memory:
+        try:
+            parse_memory_mb(memory)
+        except ValueError:
+            findings.append(Finding.of("slurm_mem", "slurm-mem-format", value=shown(memory, 32)))
+            memory = ""
+    raw_extra = values.get("slurm_extra", "")
+    if raw_extra is None:
+        raw_extra = ""
+    if not isinstance(raw_extra, str):
+        findings.append(Finding.of("slurm_extra", "text-not-text", field=field_noun("slurm_extra"), value=shown(raw_extra)))
+        raw_extra = ""
+    elif len(raw_extra) > schema.field("slurm_extra").max_chars:
+        findings.append(Finding.of("slurm_extra", "text-too-long", field=field_noun("slurm_extra"), length=len(raw_extra), limit=schema.field("slurm_extra").max_chars))
+        raw_extra = ""
+    extra, extra_findings = parse_sbatch_lines(raw_extra)
+    findings += extra_findings
+    placement = SlurmPlacement(
+        partition=partition,
+        account=account,
+        nodes=_whole(values, "slurm_nodes", findings),
+        gpus_per_node=_whole(values, "slurm_gpus_per_node", findings),
+        cpus_per_task=_whole(values, "slurm_cpus_per_task", findings),
+        memory=memory,
+        time_limit=time_limit,
+        extra=extra,
+    )
+    if not use_cpu and placement.gpus_per_node == 0:
+        findings.append(Finding.of("slurm_gpus_per_node", "slurm-no-gpus", patch={"slurm_gpus_per_node": max(1, gpus_per_preset)}, gpus=max(1, gpus_per_preset)))
+    if use_cpu and placement.gpus_per_node > 0:
+        findings.append(Finding.of("slurm_gpus_per_node", "slurm-gpus-on-cpu", severity="warning", patch={"slurm_gpus_per_node": 0}, gpus=placement.gpus_per_node))
+    return placement, findings
+
+
+def placement_to_form(placement: Placement) -> dict[str, Any]:
+    """The page's field values that show `placement` (the inverse of parse_placement_form)."""
+    values = schema.placement_form_defaults()
+    if isinstance(placement, SlurmPlacement):
+        values.update(
+            run_on="slurm",
+            slurm_partition=placement.partition,
+            slurm_account=placement.account,
+            slurm_time=placement.time_limit,
+            slurm_nodes=placement.nodes,
+            slurm_gpus_per_node=placement.gpus_per_node,
+            slurm_cpus_per_task=placement.cpus_per_task,
+            slurm_mem=placement.memory,
+            slurm_extra=format_sbatch_lines(placement.extra),
+        )
+    return values
+
+
+def plan_on_slurm(plan: "DistributedPlan", placement: SlurmPlacement) -> "DistributedPlan | None":
+    """The plan a Slurm run runs: the form's strategy, offload, timeout and RCCL settings, on
+    the nodes Slurm gives it, one worker per GPU asked for (CPU workers: the form's count).
+    None for one process on one node (no torchrun, as locally)."""
+    from dataclasses import replace
+
+    nproc = placement.gpus_per_node if not plan.on_cpu and placement.gpus_per_node else plan.nproc
+    if placement.nodes == 1 and nproc == 1:
+        return None
+    return replace(
+        plan,
+        nnodes=placement.nodes,
+        node_rank=0,
+        nproc=nproc,
+        gpus=() if plan.on_cpu else tuple(range(nproc)),
+        master_addr=SLURM_MASTER,
+    )
+
+
+# The master a Slurm run's plan names: the batch script finds the real one (the allocation's
+# first node) when the job starts.
+SLURM_MASTER = "first-node-of-the-job"
+
+
+def plan_findings_on_slurm(values: Mapping[str, Any]) -> list[Finding]:
+    """The Multi-GPU fields Slurm decides instead (nodes, node rank, master address): a
+    warning where the form asks for something else, so the page never shows a plan it will
+    not run."""
+    findings = []
+    nnodes = values.get("dist_nnodes", 1)
+    if str(nnodes).strip() not in ("", "1"):
+        findings.append(Finding.of("dist_nnodes", "slurm-decides-nodes", severity="warning", patch={"dist_nnodes": 1, "slurm_nodes": nnodes}, nodes=shown(nnodes)))
+    return findings
+
+
+__all__ = [
+    "LocalPlacement",
+    "Placement",
+    "SBATCH_EXTRA_OPTIONS",
+    "SlurmPlacement",
+    "format_sbatch_lines",
+    "parse_placement_form",
+    "parse_sbatch_lines",
+    "placement_to_form",
+    "plan_on_slurm",
+    "plan_findings_on_slurm",
+]

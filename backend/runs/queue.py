@@ -1,0 +1,186 @@
+"""The queue of runs waiting for this machine: a Start while a run trains here lines the new
+run up instead of refusing it, and the next one starts when the one training ends.
+
+On disk, so a restart keeps it:
+- each queued run is a whole run directory already (config.yaml, form.json, launch.json with
+  the environment its trainer will get) in state `queued`;
+- `runs/queue.json` holds their order (a list of run ids). It is the order only: an id whose
+  run is gone or no longer queued is skipped (and dropped at the next write).
+
+Every change (join, leave, move, and taking the head to start it) happens under one lock:
+a thread lock for this process and an flock on `runs/.queue.lock` for every other RocBoard
+process on the same runs directory (the page and `python app.py submit` may act at once).
+A run joins the order before its directory appears (both under the lock), so a crash between
+the two leaves an id that is skipped, never a queued run the queue does not know.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from backend.runs import LAUNCH_FILE, RUN_ID_PATTERN, RunNotFound, RunState, RunStore
+
+QUEUE_FILE = "queue.json"
+QUEUE_LOCK_FILE = ".queue.lock"
+QUEUE_MAX = 1000  # runs waiting at once
+QUEUE_FILE_MAX_BYTES = 256 * 1024
+
+_THREAD_LOCKS: dict[str, threading.RLock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(root: str) -> threading.RLock:
+    with _THREAD_LOCKS_GUARD:
+        return _THREAD_LOCKS.setdefault(root, threading.RLock())
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+class RunQueue:
+    """The order of the queued runs of one runs directory."""
+
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._depth = threading.local()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Held by whoever reads and changes the queue (re-entrant in a thread)."""
+        lock = _thread_lock(str(self.store.root))
+        with lock:
+            depth = getattr(self._depth, "value", 0)
+            if depth:
+                self._depth.value = depth + 1
+                try:
+                    yield
+                finally:
+                    self._depth.value = depth
+                return
+            self.store.ensure_root()
+            fd = os.open(self.store.root / QUEUE_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._depth.value = 1
+                try:
+                    yield
+                finally:
+                    self._depth.value = 0
+            finally:
+                os.close(fd)
+
+    # --- the order file -------------------------------------------------------------------
+
+    def order(self) -> list[str]:
+        """The ids in queue.json, as written (bounded; anything that is not a run id dropped)."""
+        try:
+            fd = os.open(self.store.root / QUEUE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as error:
+            if error.errno not in (errno.ENOENT, errno.ELOOP):
+                raise
+            return []
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(QUEUE_FILE_MAX_BYTES + 1)
+        try:
+            ids = json.loads(data.decode("utf-8")) if len(data) <= QUEUE_FILE_MAX_BYTES else []
+        except (ValueError, UnicodeDecodeError):
+            return []
+        if not isinstance(ids, list):
+            return []
+        return list(dict.fromkeys(i for i in ids if isinstance(i, str) and RUN_ID_PATTERN.match(i)))[:QUEUE_MAX]
+
+    def _write(self, ids: list[str]) -> None:
+        root = self.store.root
+        temporary = root / f".queue-{secrets.token_hex(8)}.json"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(ids, handle)
+            os.replace(temporary, root / QUEUE_FILE)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
+
+    # --- what is queued ---------------------------------------------------------------------
+
+    def queued(self) -> list[RunState]:
+        """The runs waiting, first to start first."""
+        states = []
+        for run_id in self.order():
+            try:
+                state = self.store.read(run_id)
+            except RunNotFound:
+                continue
+            if state.state == "queued" and state.local:
+                states.append(state)
+        return states
+
+    def position(self, run_id: str) -> int | None:
+        """1 for the next to start; None when it is not queued."""
+        for number, state in enumerate(self.queued(), start=1):
+            if state.id == run_id:
+                return number
+        return None
+
+    # --- changes (each under the lock) --------------------------------------------------------
+
+    def join(self, run_id: str) -> None:
+        """Adds `run_id` at the end (before its directory exists: see the module's note)."""
+        with self.locked():
+            ids = [state.id for state in self.queued()]
+            if len(ids) >= QUEUE_MAX:
+                raise QueueFull(f"{len(ids)} runs are queued already")
+            if run_id not in ids:
+                ids.append(run_id)
+            self._write(ids)
+
+    def leave(self, run_id: str) -> None:
+        with self.locked():
+            ids = self.order()
+            if run_id in ids:
+                self._write([i for i in ids if i != run_id])
+
+    def move(self, run_id: str, offset: int) -> bool:
+        """Moves a queued run `offset` places (negative: nearer the head); False when it is
+        not queued or already at that end."""
+        with self.locked():
+            waiting = [state.id for state in self.queued()]
+            if run_id not in waiting:
+                return False
+            index = waiting.index(run_id)
+            target = max(0, min(len(waiting) - 1, index + offset))
+            if target == index:
+                return False
+            waiting.insert(target, waiting.pop(index))
+            self._write(waiting)
+            return True
+
+
+def read_launch_env(run_dir: Path) -> dict[str, str]:
+    """The environment a run's trainer is to get, as written when it was queued or submitted
+    (the run's own file, read without following a link)."""
+    from backend.runs import safe_files
+
+    data: Any = json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+    env = data.get("env", {}) if isinstance(data, dict) else {}
+    return {str(name): str(value) for name, value in dict(env).items()}
+
+
+def launch_file(env: dict[str, str]) -> str:
+    return json.dumps({"env": env}, indent=2) + "\n"
+
+
+__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env"]
