@@ -66,8 +66,9 @@ demo: $(VENV)/.deps
 run: setup demo
 	$(PY) app.py --host $(HOST) --port $(PORT) --runs-dir $(RUNS_DIR)
 
+# -rs: every skipped test's reason is printed at the end (a test that cannot run here says why).
 test: setup-test demo
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -rs tests
 
 bench: setup-test demo
 	$(PY) -m bench.run_all

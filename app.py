@@ -1,4 +1,4 @@
-"""RocBoard's command line: serve the page (default), or check / telemetry / doctor / chat / export.
+"""RocBoard's command line: serve the page (default), or check / telemetry / doctor / chat / export / submit / status / stop.
 
     python app.py [--host 127.0.0.1] [--port 7860] [--runs-dir runs] [--auth USER:PASSWORD] [--no-warm-start]
     python app.py check FILE.yaml [--preset NAME] [--fix]
@@ -6,6 +6,9 @@
     python app.py doctor [--json]
     python app.py chat RUN_ID [--prompt TEXT] [--base] ...      (a prompt in, an answer out)
     python app.py export RUN_ID --to DIR [--gguf f16|q8_0] ...  (merge the adapter into its base)
+    python app.py submit CONFIG.yaml [--preset NAME] [--slurm --partition P --nodes N ...]
+    python app.py status [RUN_ID] [--json]
+    python app.py stop RUN_ID
 
 This file only parses arguments and hands over to ui/ (serve) or backend/ (the rest).
 """
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import sys
 
+# Each subcommand: "module" (its main(argv)) or "module:function".
 SUBCOMMANDS = {
     "check": "backend.check_cli",
     "telemetry": "backend.telemetry.cli",
     "doctor": "backend.doctor.cli",
     "chat": "backend.chat.cli",
     "export": "backend.export.cli",
+    "submit": "backend.runs_cli:submit_main",
+    "status": "backend.runs_cli:status_main",
+    "stop": "backend.runs_cli:stop_main",
 }
 
 
@@ -28,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         import importlib
 
-        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+        module, _, function = SUBCOMMANDS[argv[0]].partition(":")
+        return getattr(importlib.import_module(module), function or "main")(argv[1:])
     from ui.serve import serve_main
 
     return serve_main(argv)

@@ -1,6 +1,9 @@
 """A real Slurm cluster on this one machine, for the tests (and for trying RocBoard's Slurm
 runs by hand): slurmctld and two slurmd daemons (`-N n1`, `-N n2`), all on 127.0.0.1 with
-ports of their own, authenticated by a munged with its own socket and a generated key.
+ports of their own, authenticated by a munged with its own socket and a generated key, and
+(when Debian's slurmdbd and mariadb-server are installed) Slurm's accounting: a MariaDB of
+its own, slurmdbd, the account `research` as root's default, and AccountingStorageEnforce=
+associations, so that sacct answers and an unknown account is refused as on a real cluster.
 
 Everything lives in one folder (the config, munge's key and socket, the daemons' state,
 spool, pid and log files): nothing of the machine's own Slurm or munge is touched, and two
@@ -40,7 +43,16 @@ SHORT_MAX_TIME = "00:02:00"
 NODE_CPUS = 2
 NODE_MEMORY_MB = 4000
 START_TIMEOUT_S = 60.0
-DAEMONS = ("slurmctld", "slurmd", "munged")
+DAEMONS = ("slurmctld", "slurmd", "munged", "slurmdbd", "mariadbd")
+ACCOUNT = "research"  # root's default account when accounting is on
+
+
+def accounting_unavailable() -> str:
+    """Why the cluster starts without accounting ("" when it has it)."""
+    missing = [name for name in ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb", "sacctmgr", "sacct") if shutil.which(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not found: install Debian's slurmdbd and mariadb-server packages (.ci/run does)"
+    return ""
 
 
 def unavailable() -> str:
@@ -70,12 +82,14 @@ def _free_ports(count: int) -> list[int]:
 class SlurmCluster:
     """One slurmctld and a slurmd per node name, in `workdir`."""
 
-    def __init__(self, workdir: Path, nodes: tuple[str, ...] = NODE_NAMES):
+    def __init__(self, workdir: Path, nodes: tuple[str, ...] = NODE_NAMES, accounting: bool | None = None):
         self.workdir = Path(workdir).resolve()
         self.nodes = nodes
         self.conf = self.workdir / "slurm.conf"
         self.munge_dir = self.workdir / "munge"
         self.socket = self.munge_dir / "munge.socket"
+        self.db_dir = self.workdir / "db"
+        self.accounting = accounting_unavailable() == "" if accounting is None else accounting
 
     # --- what clients need ------------------------------------------------------------
 
@@ -96,7 +110,7 @@ class SlurmCluster:
         if not key.exists():
             key.write_bytes(secrets.token_bytes(128))
             os.chmod(key, 0o600)
-        ctld_port, *node_ports = _free_ports(1 + len(self.nodes))
+        ctld_port, self.dbd_port, self.db_port, *node_ports = _free_ports(3 + len(self.nodes))
         host = socket.gethostname()
         lines = [
             "ClusterName=rocboard-test",
@@ -122,7 +136,18 @@ class SlurmCluster:
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+        ]
+        if self.accounting:
+            lines += [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=localhost",
+                f"AccountingStoragePort={self.dbd_port}",
+                "AccountingStorageEnforce=associations",
+                f"AccountingStoragePass={self.socket}",  # the munge socket of the slurmdbd connection
+            ]
+        else:
+            lines.append("AccountingStorageType=accounting_storage/none")
+        lines += [
             "MinJobAge=300",
             "KillWait=10",
             "InactiveLimit=0",
@@ -134,6 +159,32 @@ class SlurmCluster:
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         lines.append(f"PartitionName={SHORT_PARTITION} Nodes={self.nodes[0]} MaxTime={SHORT_MAX_TIME} State=UP")
         self.conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if self.accounting:
+            self.db_password = secrets.token_hex(12)
+            dbd = self.workdir / "slurmdbd.conf"  # slurmdbd reads it from slurm.conf's folder
+            dbd.write_text(
+                "\n".join(
+                    [
+                        "AuthType=auth/munge",
+                        f"AuthInfo=socket={self.socket}",
+                        "DbdHost=localhost",
+                        "DbdAddr=127.0.0.1",
+                        f"DbdPort={self.dbd_port}",
+                        "SlurmUser=root",
+                        "StorageType=accounting_storage/mysql",
+                        "StorageHost=127.0.0.1",
+                        f"StoragePort={self.db_port}",
+                        "StorageUser=slurm",
+                        f"StoragePass={self.db_password}",
+                        "StorageLoc=slurm_acct_db",
+                        f"LogFile={self.workdir / 'log' / 'slurmdbd.log'}",
+                        f"PidFile={self.workdir / 'slurmdbd.pid'}",
+                    ]
+                )
+                + "\n",
+                encoding="utf-8",
+            )
+            os.chmod(dbd, 0o600)
 
     def start(self) -> "SlurmCluster":
         why = unavailable()
@@ -150,6 +201,8 @@ class SlurmCluster:
             ],
             check=True, env=env, capture_output=True, timeout=30,
         )  # fmt: skip
+        if self.accounting:
+            self._start_accounting(env)
         # -c: a clean start (no jobs of an earlier cluster in this folder's state).
         subprocess.run(["slurmctld", "-c"], check=True, env=env, capture_output=True, timeout=30)
         self._wait(lambda: self.run("scontrol", "ping").returncode == 0, "slurmctld to answer")
@@ -157,6 +210,40 @@ class SlurmCluster:
             subprocess.run(["slurmd", "-N", name], check=True, env=env, capture_output=True, timeout=30)
         self._wait(self._nodes_idle, "every node to be idle")
         return self
+
+    def _start_accounting(self, env: dict[str, str]) -> None:
+        """A MariaDB of this folder's own (TCP on 127.0.0.1), slurmdbd on it, and the cluster,
+        the account and root's association registered."""
+        data = self.db_dir / "data"
+        if not data.exists():
+            self.db_dir.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"],
+                check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+        db_socket = self.db_dir / "mysql.sock"
+        subprocess.Popen(
+            [
+                "mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={db_socket}", f"--port={self.db_port}",
+                "--bind-address=127.0.0.1", "--user=root", f"--pid-file={self.db_dir / 'mariadbd.pid'}",
+                f"--log-error={self.workdir / 'log' / 'mariadbd.log'}",
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        sql = (
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
+            f"ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{self.db_password}'; "
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+        )
+        self._wait(lambda: subprocess.run(["mariadb", "--no-defaults", f"--socket={db_socket}", "-uroot", "-e", sql], capture_output=True, timeout=10).returncode == 0, "MariaDB to answer")
+        subprocess.run(["slurmdbd"], check=True, env=env, capture_output=True, timeout=30)
+        self._wait(lambda: self.run("sacctmgr", "--noheader", "show", "cluster").returncode == 0, "slurmdbd to answer")
+        for command in (
+            ["sacctmgr", "-i", "add", "cluster", "rocboard-test"],
+            ["sacctmgr", "-i", "add", "account", ACCOUNT, "Description=tests", "Organization=rocboard"],
+            ["sacctmgr", "-i", "add", "user", "root", f"DefaultAccount={ACCOUNT}"],
+        ):
+            self.run(*command)  # "Nothing new added" when a restarted cluster has them already
 
     def _nodes_idle(self) -> bool:
         answer = self.run("sinfo", "--noheader", "--Node", "--format=%N %t", "--partition", PARTITION)
@@ -193,7 +280,13 @@ class SlurmCluster:
                 self.cancel_all()
             except (OSError, subprocess.SubprocessError):
                 pass
-        pid_files = [self.workdir / "slurmctld.pid", *(self.workdir / f"slurmd-{name}.pid" for name in self.nodes), self.munge_dir / "munged.pid"]
+        pid_files = [
+            self.workdir / "slurmctld.pid",
+            *(self.workdir / f"slurmd-{name}.pid" for name in self.nodes),
+            self.workdir / "slurmdbd.pid",
+            self.db_dir / "mariadbd.pid",
+            self.munge_dir / "munged.pid",
+        ]
         pids = []
         for pid_file in pid_files:
             try:

@@ -79,6 +79,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         # The runs table and the strategy labels are data, not static labels: redrawn too.
         language.change(refresh_runs, language, runs_outputs, show_progress="hidden")
         language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
+        run_on = train.fields["run_on"]
+        language.change(lambda locale: gr.update(choices=view.run_on_choices(locale)), language, run_on, show_progress="hidden")
         # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
         language.input(lambda locale: locale, language, saved_locale, show_progress="hidden")
 
@@ -93,13 +95,14 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 *texts.updates(locale),
                 board.preset_notes(preset_id, locale),
                 gr.update(choices=view.strategy_choices(locale)),
+                gr.update(choices=view.run_on_choices(locale)),
                 *train.open_run(run.id if run else None, locale),
             ]
 
         loaded = page.load(
             on_load,
             [train.fields["preset"], saved_locale],
-            [locale_state, language, *texts.widgets, train.preset_notes, strategy, *train.open_outputs],
+            [locale_state, language, *texts.widgets, train.preset_notes, strategy, run_on, *train.open_outputs],
             show_progress="hidden",
         )
         train.then_derive(loaded)

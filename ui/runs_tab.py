@@ -15,13 +15,13 @@ from ui.widgets import Texts, plot
 
 
 # The state column never wraps ("finishe d"), nor do the numbers; the table scrolls sideways.
-_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("kind", "state", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started")]
+_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("kind", "state", "where", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started")]
 RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2] + " { white-space: nowrap !important; overflow-wrap: normal !important; word-break: normal !important; }\n"
 
 
 # Room for each column's longest usual value (a run id, "finished", "100 / 100", a start
 # time): Gradio otherwise gives every column the same share and cuts what overflows.
-RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "105px", "75px", "75px", "115px", "65px", "150px"]
+RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "100px", "105px", "75px", "75px", "115px", "65px", "150px"]
 
 
 def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:
@@ -46,11 +46,40 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         confirm_button = texts.value(gr.Button(texts("button.confirm_delete"), variant="stop", visible=False, elem_id="runs-confirm-delete"), "button.confirm_delete")
     message = gr.Markdown("", elem_id="runs-message")
     overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
+    # The queue: this machine's (in the order the runs start) and the Slurm jobs that wait or run.
+    queue_box = gr.Markdown(board.queue_markdown("en"), elem_id="queue")
+    with gr.Row():
+        queue_pick = texts.label(gr.Dropdown(choices=queue_choices(board), value=None, label=texts("queue.pick"), elem_id="queue-pick"), "queue.pick")
+        up_button = texts.value(gr.Button(texts("button.queue_up"), elem_id="queue-up", min_width=80), "button.queue_up")
+        down_button = texts.value(gr.Button(texts("button.queue_down"), elem_id="queue-down", min_width=80), "button.queue_down")
+        cancel_button = texts.value(gr.Button(texts("button.queue_cancel"), variant="stop", elem_id="queue-cancel", min_width=160), "button.queue_cancel")
+    queue_message = gr.Markdown("", elem_id="queue-message")
 
     def refresh(locale: str):
-        return runs_table(board, locale), gr.update(choices=board.run_ids())
+        return runs_table(board, locale), gr.update(choices=board.run_ids()), board.queue_markdown(locale), gr.update(choices=queue_choices(board))
 
-    refresh_button.click(refresh, locale_state, [table, chosen])
+    refresh_button.click(refresh, locale_state, [table, chosen, queue_box, queue_pick])
+
+    def on_move(offset: int):
+        def move(run_id: str | None, locale: str):
+            if not run_id:
+                return translate("runs.pick_one", locale), gr.skip(), gr.skip()
+            moved = board.move_queued(run_id, offset)
+            return translate("queue.moved" if moved else "queue.not_moved", locale), board.queue_markdown(locale), gr.update(choices=queue_choices(board), value=run_id)
+
+        return move
+
+    up_button.click(on_move(-1), [queue_pick, locale_state], [queue_message, queue_box, queue_pick])
+    down_button.click(on_move(+1), [queue_pick, locale_state], [queue_message, queue_box, queue_pick])
+
+    def on_cancel(run_id: str | None, locale: str):
+        if not run_id:
+            return translate("runs.pick_one", locale), gr.skip(), gr.skip(), gr.skip()
+        refusals = board.cancel_queued(run_id)
+        text = view.findings_markdown(refusals, locale) if refusals else translate("queue.cancelled", locale)
+        return text, board.queue_markdown(locale), gr.update(choices=queue_choices(board), value=None), runs_table(board, locale)
+
+    cancel_button.click(on_cancel, [queue_pick, locale_state], [queue_message, queue_box, queue_pick, table])
 
     def on_open(run_ids: list[str] | None, locale: str):
         if not run_ids:
@@ -79,4 +108,9 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         return gr.update(visible=False), text, runs_table(board, locale), gr.update(choices=board.run_ids(), value=[])
 
     confirm_button.click(on_confirm, [chosen, locale_state], [confirm_button, message, table, chosen])
-    return refresh, [table, chosen]
+    return refresh, [table, chosen, queue_box, queue_pick]
+
+
+def queue_choices(board: RocBoard) -> list[str]:
+    """The queued runs, the next to start first: what the queue's buttons act on."""
+    return [state.id for state in board.queued_runs()]

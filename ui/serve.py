@@ -260,6 +260,10 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     active = board.reattach()
     if active is not None:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)
+    for state in board.run_manager.live_runs():
+        if not state.local:
+            print(f"Re-attached to run {state.id} (Slurm job {state.job_id}, {state.state}).", file=sys.stderr)
+    board.keep_queue()  # the next queued run starts when the one training here ends
     page = build_ui(board)
     page.queue(default_concurrency_limit=4)
     quiet_queue(page)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,9 @@ ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 # Element ids that tests and automation rely on (backend/config/schema.py: kebab-case of the names).
 FIELD_IDS = schema.element_ids()
 # The accordions the schema's sections go into, and whether each starts open.
-SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False, "other_keys": False}
+SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False, "other_keys": False, "placement": False}
+# The Slurm fields show only while "Run on" says Slurm (backend/config/schema.py PLACEMENT_FIELDS).
+SLURM_FIELDS = tuple(f.name for f in schema.placement_fields() if f.name != "run_on")
 WIDGETS: dict[str, tuple[type, dict[str, Any]]] = {
     "textbox": (gr.Textbox, {}),
     "lines": (gr.Textbox, {"lines": 3}),
@@ -39,6 +42,7 @@ def build_form_fields(
     after: dict[str, Any] | None = None,
     form_fields: tuple[schema.Field, ...] | None = None,
     interactive: bool = True,
+    hidden: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A widget per schema field, grouped by section (an accordion) and row, in the schema's
     order. `choices` gives choices the page knows better (the presets); `after[name]()` runs
@@ -53,7 +57,12 @@ def build_form_fields(
         if form_field.widget in ("dropdown", "radio"):
             kwargs["choices"] = (choices or {}).get(form_field.name) or list(form_field.choice_labels or form_field.choices)
         widget = widget_class(
-            value=defaults.get(form_field.name, form_field.default), elem_id=form_field.elem_id, label=texts(form_field.label_id), interactive=interactive, **kwargs
+            value=defaults.get(form_field.name, form_field.default),
+            elem_id=form_field.elem_id,
+            label=texts(form_field.label_id),
+            interactive=interactive,
+            visible=form_field.name not in hidden,
+            **kwargs,
         )
         widgets[form_field.name] = texts.label(widget, form_field.label_id)
         if after and form_field.name in after:
@@ -126,13 +135,20 @@ class TrainTab:
     dataset_pick: Any  # the datasets added on the Data tab, offered beside the dataset field
 
 
+def new_intent() -> str:
+    """A new form for a new run: its Starts are one (RunManager.start's `intent`)."""
+    return secrets.token_hex(8)
+
+
 def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTab:
     defaults = {**demo_form(), **schema.side_form_defaults()}
     shown: dict[str, Any] = {}
 
     watched_run = gr.State(None)  # the run this tab shows
     shown_version = gr.State(None)  # what the tab last drew (see `render`): nothing is sent when unchanged
-    mode = gr.State({"editing": True, "run_id": None})
+    # "intent": made anew each time the form opens for a new run; the backend makes one run of
+    # two Starts of one intent (a double-click). The page's load gives each tab its own.
+    mode = gr.State({"editing": True, "run_id": None, "intent": ""})
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
             # Empty and read-only until the page's load event says whether the form shows a run
@@ -149,7 +165,12 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 ),
             )
             fields = build_form_fields(
-                texts, defaults, choices={"preset": board.preset_choices()}, after={"preset": notes, "dataset": pick}, interactive=False
+                texts,
+                defaults,
+                choices={"preset": board.preset_choices(), "run_on": view.run_on_choices()},
+                after={"preset": notes, "dataset": pick},
+                interactive=False,
+                hidden=SLURM_FIELDS if defaults.get("run_on") != "slurm" else (),
             )
             preset_notes = shown["notes"]
             dataset_pick = shown["pick"]
@@ -229,7 +250,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             "gpu_table": run.gpu_table,
             "download": gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
             "log_tail": run.log_tail,
-            "start": gr.update(interactive=editing and not run.active),
+            # While a run trains here, Start queues the new run behind it.
+            "start": gr.update(interactive=editing),
             "stop": gr.update(interactive=run.active),
             "resume": gr.update(interactive=run.resumable and not run.active),
         }
@@ -276,7 +298,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         no run (or one whose directory is gone), an editable form for a new run."""
         values = board.run_form(run_id) if run_id else None
         if values is None:
-            new_mode = {"editing": True, "run_id": None}
+            new_mode = {"editing": True, "run_id": None, "intent": new_intent()}
             fields_updates = [gr.update(interactive=True)] * len(ALL_FIELDS)
         else:
             new_mode = {"editing": False, "run_id": run_id}
@@ -296,7 +318,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         """An editable form for a new run, filled with `values` where given (else the settings
         of the watched `run_id`, `from_run`); the watched run stays on the panel (Start waits
         while it trains)."""
-        new_mode = {"editing": True, "run_id": run_id if from_run else None}
+        new_mode = {"editing": True, "run_id": run_id if from_run else None, "intent": new_intent()}
         fields_updates = [gr.update(value=values[name], interactive=True) if values and name in values else gr.update(interactive=True) for name in ALL_FIELDS]
         return [
             gr.skip(),
@@ -325,6 +347,14 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     # .input, not .change: filling the form must not re-fire when the value is set by code.
     fields["preset"].input(on_preset, fields["preset"], form_inputs, show_progress="hidden")
+
+    # The Slurm fields follow "Run on" however it is set (typed, a run opened, an import).
+    fields["run_on"].change(
+        lambda run_on: [gr.update(visible=run_on == "slurm") for _ in SLURM_FIELDS],
+        fields["run_on"],
+        [fields[name] for name in SLURM_FIELDS],
+        show_progress="hidden",
+    )
 
     # --- everything derived from the form follows it -----------------------------------
     # Any change of a field (typed, a preset, a run opened, an import) recomputes the findings,
@@ -378,7 +408,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         return view.starting_markdown(locale), gr.update(interactive=False)
 
     def on_start(run_id, mode_value, locale, stop_on_nan_value, *values):
-        result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value))
+        intent = str(mode_value.get("intent") or "") if isinstance(mode_value, dict) else ""
+        result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value), intent=intent)
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
             # Nothing was created: the panel goes back to what it showed, Start usable again.

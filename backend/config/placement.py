@@ -196,6 +196,15 @@ def _text(values: Mapping[str, Any], name: str, findings: list[Finding]) -> str:
     return text.strip()
 
 
+def _slurm_name(values: Mapping[str, Any], name: str, findings: list[Finding]) -> str:
+    """A partition or account name, else a finding and "" (the cluster's default)."""
+    text = _text(values, name, findings)
+    if text and not _SLURM_NAME.match(text):
+        findings.append(Finding.of(name, "slurm-bad-name", field=field_noun(name), value=shown(text, 64)))
+        return ""
+    return text
+
+
 def parse_placement_form(values: Mapping[str, Any], use_cpu: bool = False, gpus_per_preset: int = 0) -> tuple[Placement, list[Finding]]:
     """Where the form's run executes, and every finding about it. `use_cpu` and
     `gpus_per_preset`: the preset's (a GPU preset on Slurm must ask for GPUs)."""
@@ -206,11 +215,7 @@ def parse_placement_form(values: Mapping[str, Any], use_cpu: bool = False, gpus_
         return LocalPlacement(), findings
     if run_on == "local":
         return LocalPlacement(), findings
-    partition = _text(values, "slurm_partition", findings)
-    account = _text(values, "slurm_account", findings)
-    for name, text in (("slurm_partition", partition), ("slurm_account", account)):
-        if text and not _SLURM_NAME.match(text):
-            findings.append(Finding.of(name, "slurm-bad-name", field=field_noun(name), value=shown(text, 64)))
+    partition, account = (_slurm_name(values, name, findings) for name in ("slurm_partition", "slurm_account"))
     time_limit = _text(values, "slurm_time", findings)
     if time_limit:
         try:

@@ -119,7 +119,7 @@ class RunState:
         for name in ("job_id", "slurm_state", "slurm_reason", "slurm_nodes", "slurm_start"):
             if not isinstance(known.get(name, ""), str):
                 known[name] = ""
-        if known.get("job_id") and not (known["job_id"].isdigit() and len(known["job_id"]) < 19):
+        if known.get("job_id") and not (known["job_id"].isascii() and known["job_id"].isdigit() and len(known["job_id"]) < 19):
             known["job_id"] = ""  # a job id is digits: anything else never reaches scancel
         return cls(**known)
 

@@ -48,7 +48,7 @@ from backend.runs import (
 # The message id of each column header (runs.column.*), in the table's order.
 HISTORY_COLUMNS: tuple[str, ...] = (
     "run", "name", "kind", "preset", "model", "dataset", "learning_rate", "length",
-    "state", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started",
+    "state", "where", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started",
 )  # fmt: skip
 # Columns whose header is not runs.column.<column> (the evaluation's, backend/evaluate).
 _HEADER_IDS = {"kind": "eval.column.kind", "scores": "eval.column.scores"}
@@ -112,6 +112,8 @@ class RunSummary:
     source_run: str = ""  # of an evaluation: the run it evaluated
     # An evaluation's scores; a training run's are those of its latest finished evaluation.
     scores: Scores | None = None
+    executor: str = "local"  # where it runs: "local" or "slurm" (RunState.executor)
+    job_id: str = ""  # a Slurm run's job (the current attempt's)
 
 
 @dataclass(frozen=True)
@@ -471,6 +473,8 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 kind=state.kind,
                 source_run=state.source_run,
                 scores=eval_scores.get(state.id) if state.kind == "evaluate" else evaluated.get(state.id),
+                executor=state.executor,
+                job_id=state.job_id,
             )
         )
     _prune(store.root, live)
@@ -547,6 +551,7 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
                 format_rate(s.learning_rate),
                 format_length(s.epochs, s.max_steps, locale),
                 state,
+                translate("where.slurm", locale, job=s.job_id or "?") if s.executor == "slurm" else translate("where.local", locale),
                 steps,
                 format_loss(s.last_loss),
                 format_loss(s.best_eval_loss),
@@ -579,6 +584,7 @@ def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
                 None,
                 s.learning_rate,
                 length,
+                None,
                 None,
                 s.step,
                 finite(s.last_loss),

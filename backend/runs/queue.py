@@ -31,6 +31,7 @@ from backend.runs import LAUNCH_FILE, RUN_ID_PATTERN, RunNotFound, RunState, Run
 
 QUEUE_FILE = "queue.json"
 QUEUE_LOCK_FILE = ".queue.lock"
+KEEPER_LOCK_FILE = ".keeper.lock"
 QUEUE_MAX = 1000  # runs waiting at once
 QUEUE_FILE_MAX_BYTES = 256 * 1024
 
@@ -78,6 +79,29 @@ class RunQueue:
                     self._depth.value = 0
             finally:
                 os.close(fd)
+
+    # --- who moves the queue on ---------------------------------------------------------------
+
+    def hold_keeper_lock(self) -> int | None:
+        """Held (an flock of runs/.keeper.lock, for as long as the descriptor stays open) by
+        the app whose keeper thread moves this queue on; None when another app holds it."""
+        self.store.ensure_root()
+        fd = os.open(self.store.root / KEEPER_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def keeper_alive(self) -> bool:
+        """Whether some RocBoard app moves this queue on now (`python app.py submit` says when
+        none does: a run it queued would wait until one starts)."""
+        fd = self.hold_keeper_lock()
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
 
     # --- the order file -------------------------------------------------------------------
 

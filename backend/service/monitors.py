@@ -94,11 +94,12 @@ class RunMonitor:
         if now - self._nodes_looked >= NODES_LOOK_S:
             self._nodes_looked = now
             from backend.slurm import NODE_SAMPLES_FILE, NODES_DIR
+            from backend.slurm.parse import is_number
 
             for name, found in safe_files.list_dir(self.run_dir, NODES_DIR):
                 if len(self.node_tails) >= MAX_NODES:
                     break
-                if name.isdigit() and len(name) < 8 and stat.S_ISDIR(found.st_mode) and name not in self.node_tails:
+                if is_number(name, 7) and stat.S_ISDIR(found.st_mode) and name not in self.node_tails:
                     self.node_tails[name] = JsonlTail(self.run_dir / NODES_DIR / name / NODE_SAMPLES_FILE, run_dir=self.run_dir)
         return [self.node_tails[name] for name in sorted(self.node_tails, key=int)]
 

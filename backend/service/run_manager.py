@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 # at once.
 QUEUE_KEEPER_INTERVAL_S = 2.0
 INTENTS_KEPT = 1000  # the Starts remembered, so that a repeated one makes no second run
+SLURM_LOOK_EVERY = 5  # keeper ticks between looks for Slurm runs submitted elsewhere (10 s)
 
 
 @dataclass(frozen=True)
@@ -340,20 +342,41 @@ class RunManager:
         if self._keeper is not None and self._keeper.is_alive():
             return
         self._keeper_stop.clear()
+        # Says to `app.py submit` that an app moves this queue on (several apps on one runs
+        # directory may all keep it: advance_queue's locks make one start at a time).
+        held = self.queue.hold_keeper_lock()
 
         def loop() -> None:
-            while not self._keeper_stop.wait(interval_s):
-                try:
-                    if self.queue.order():
-                        self.advance_queue()
-                except Exception:
-                    log.exception("the queue keeper failed")
+            ticks = 0
+            try:
+                while not self._keeper_stop.wait(interval_s):
+                    ticks += 1
+                    try:
+                        if self.queue.order():
+                            self.advance_queue()
+                        if ticks % SLURM_LOOK_EVERY == 0:
+                            self.follow_slurm_runs()
+                    except Exception:
+                        log.exception("the queue keeper failed")
+            finally:
+                if held is not None:
+                    os.close(held)
 
         self._keeper = threading.Thread(target=loop, daemon=True, name="queue-keeper")
         self._keeper.start()
 
+    def follow_slurm_runs(self) -> None:
+        """Follows every Slurm run that waits or runs, whoever submitted it (the page, or
+        `python app.py submit` in another shell): its state.json follows its job."""
+        for state in self.store.list():
+            if state.active and not state.local:
+                self.slurm.follow(state)
+
     def stop_keeping_queue(self) -> None:
         self._keeper_stop.set()
+
+    def queue_keeper_alive(self) -> bool:
+        return self.queue.keeper_alive()
 
     # --- Slurm ----------------------------------------------------------------------
 
@@ -464,6 +487,7 @@ class RunManager:
             self.on_launch(active.id)
         for state in self.store.list():
             if state.active and not state.local:
+                self.slurm.follow(state)
                 self.on_launch(state.id)
         if active is None and self.queue.order():
             started = self.advance_queue()

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from backend.runs import RunNotFound, RunState, RunStore, safe_files
 from backend.slurm.client import SlurmClient, SlurmProblem
 from backend.slurm import NODES_DIR, TASK_FILE
-from backend.slurm.parse import JobInfo
+from backend.slurm.parse import JobInfo, is_number
 from backend.slurm.preflight import ClusterFactsCache
 from backend.slurm.script import STOP_SIGNAL
 from backend.slurm.states import RunUpdate, update_for, update_when_forgotten
@@ -47,7 +47,7 @@ TASKS_MAX = 1024  # node task records read for one run (its nodes)
 def read_tasks(run_dir: Path) -> list[dict[str, Any]]:
     """The node tasks' records (nodes/<rank>/task.json), in rank order."""
     records: list[dict[str, Any]] = []
-    ranks = sorted((name for name, found in safe_files.list_dir(run_dir, NODES_DIR) if name.isdigit() and len(name) < 8 and stat.S_ISDIR(found.st_mode)), key=int)[:TASKS_MAX]
+    ranks = sorted((name for name, found in safe_files.list_dir(run_dir, NODES_DIR) if is_number(name, 7) and stat.S_ISDIR(found.st_mode)), key=int)[:TASKS_MAX]
     for rank in ranks:
         try:
             record = json.loads(safe_files.read_text(run_dir, f"{NODES_DIR}/{rank}/{TASK_FILE}", 64 * 1024))
@@ -61,9 +61,11 @@ def read_tasks(run_dir: Path) -> list[dict[str, Any]]:
 class JobWatch:
     """What Slurm last said of each job RocBoard follows, kept fresh by one poller thread."""
 
-    def __init__(self, client: SlurmClient, interval_s: float = POLL_INTERVAL_S):
+    def __init__(self, client: SlurmClient, interval_s: float = POLL_INTERVAL_S, on_seen: Callable[[dict[str, JobInfo]], None] | None = None):
         self.client = client
         self.interval_s = interval_s
+        # Told what each poll of the thread saw (the executor records it in the runs' state).
+        self.on_seen = on_seen or (lambda answers: None)
         self._wanted: set[str] = set()
         self._seen: dict[str, JobInfo] = {}
         self.problem: SlurmProblem | None = None  # why the last poll got no answer
@@ -120,7 +122,7 @@ class JobWatch:
                     self._thread = None
                     return
             try:
-                self.poll(wanted)
+                self.on_seen(self.poll(wanted))
             except Exception:  # a parser bug must not end the following of every job
                 log.exception("polling Slurm failed")
             self._wake.wait(self.interval_s)
@@ -133,7 +135,8 @@ class SlurmExecutor:
     def __init__(self, store: RunStore, client: SlurmClient | None = None):
         self.store = store
         self.client = client or SlurmClient()
-        self.jobs = JobWatch(self.client)
+        self.jobs = JobWatch(self.client, on_seen=self._record_seen)
+        self._runs_of_jobs: dict[str, str] = {}  # job id -> the run it is the current job of
         self.facts = ClusterFactsCache(self.client)  # what preflight compares a request with
         self.on_end: Callable[[str], None] = lambda run_id: None
         self._lock = threading.Lock()  # one record of each change of a run's state
@@ -166,17 +169,35 @@ class SlurmExecutor:
             started_at=None,
             ended_at=None,
         )
-        self.jobs.want(job_id)
+        self.follow(state)
         return state, None
 
     # --- follow ---------------------------------------------------------------------------
+
+    def follow(self, state: RunState) -> None:
+        """Keeps the run's state.json up to date with its job from now on, whoever looks."""
+        if state.executor == "slurm" and state.active and state.job_id:
+            with self._lock:
+                self._runs_of_jobs[state.job_id] = state.id
+            self.jobs.want(state.job_id)
+
+    def _record_seen(self, answers: dict[str, JobInfo]) -> None:
+        for job_id, info in answers.items():
+            with self._lock:
+                run_id = self._runs_of_jobs.get(job_id)
+            if run_id is None:
+                continue
+            try:
+                self._record(run_id, info)
+            except RunNotFound:
+                self.jobs.drop(job_id)
 
     def refresh(self, state: RunState, ask_now: bool = False) -> RunState:
         """The run's state with what Slurm last said of its job recorded (`ask_now`: Slurm is
         asked on this thread first, as the command line does)."""
         if state.executor != "slurm" or not state.active or not state.job_id:
             return state
-        self.jobs.want(state.job_id)
+        self.follow(state)
         if ask_now:
             self.jobs.poll([state.job_id])
         info = self.jobs.seen(state.job_id)
@@ -204,6 +225,7 @@ class SlurmExecutor:
             self.jobs.drop(info.job_id)
             with self._lock:
                 self._stopping.discard(run_id)
+                self._runs_of_jobs.pop(info.job_id, None)
             self.on_end(run_id)
         return state
 

@@ -99,9 +99,14 @@ def _bounded(value: str) -> str:
     return value[:MAX_FIELD_CHARS]
 
 
+def is_number(text: str, digits: int = 18) -> bool:
+    """ASCII digits only ("١٢".isdigit() is True too), at most `digits` of them."""
+    return 0 < len(text) <= digits and text.isascii() and text.isdigit()
+
+
 def _int(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() and len(text) < 19 else None
+    return int(text) if is_number(text) else None
 
 
 def base_state(text: str) -> str:
@@ -120,7 +125,7 @@ def _start(text: str) -> str:
     return "" if text in ("N/A", "Unknown", "None", "") else _bounded(text)
 
 
-_TIME = re.compile(r"^(?:(?P<days>\d{1,5})-)?(?P<rest>\d{1,6}(?::\d{1,2}){0,2})$")
+_TIME = re.compile(r"^(?:(?P<days>\d{1,5})-)?(?P<rest>\d{1,6}(?::\d{1,2}){0,2})$", re.ASCII)
 
 
 def parse_time_limit(text: str) -> int | None:
@@ -163,7 +168,7 @@ def _time_limit_or_none(text: str) -> int | None:
         return None
 
 
-_MEMORY = re.compile(r"^(?P<number>\d{1,12})(?P<unit>[KMGT]?)B?$", re.IGNORECASE)
+_MEMORY = re.compile(r"^(?P<number>\d{1,12})(?P<unit>[KMGT]?)B?$", re.IGNORECASE | re.ASCII)
 _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "": 1, "G": 1024, "T": 1024 * 1024}
 
 
@@ -329,7 +334,7 @@ def parse_sbatch_job_id(stdout: str) -> str | None:
     """`sbatch --parsable` prints "ID" or "ID;CLUSTER" (a line of warnings may come first)."""
     for line in reversed(stdout.strip().splitlines()):
         job_id = line.strip().split(";", 1)[0]
-        if job_id.isdigit() and len(job_id) < 19:
+        if is_number(job_id):
             return job_id
     return None
 

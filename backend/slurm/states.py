@@ -66,7 +66,9 @@ def update_for(job: JobInfo, stop_requested: bool, tasks: Sequence[Mapping[str, 
         return RunUpdate("pending", job.state, job.reason, nodes)
     if job.running:
         return RunUpdate("running", job.state, "", nodes)
-    code = job.exit_code
+    # Ended by a signal (the time limit's SIGTERM: ExitCode=0:15) reads as the local launcher
+    # records it: the signal, negative.
+    code = -job.exit_signal if job.exit_signal else job.exit_code
     if stop_requested:
         return RunUpdate("stopped", job.state, job.reason, nodes, code, "reason.stopped_by_user")
     if tasks_stopped(tasks) and job.state in ("COMPLETED", "FAILED", "CANCELLED"):
