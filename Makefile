@@ -68,7 +68,7 @@ run: setup demo
 
 # -rs: every skipped test's reason is printed at the end (a test that cannot run here says why).
 test: setup-test demo
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rfEs tests
 
 bench: setup-test demo
 	$(PY) -m bench.run_all

@@ -266,8 +266,8 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     elif run.state == "failed":
         code = t("word.unknown", locale) if run.exit_code is None else escape_markdown(run.exit_code)
         lines.append(t("status.exit_code", locale, code=code))
-        # A Slurm end's own cause (the time limit...) says what its reason says, and more.
-        if run.stop_reason and not (cause and run.stop_reason.startswith("reason.slurm_")):
+        # A Slurm run's cause (the time limit, or its log's) says what its reason says, and more.
+        if run.stop_reason and not (cause and getattr(run, "executor", "local") == "slurm"):
             lines.append(escape_markdown(stop_reason_text(run, locale)))
         if cause:
             lines.append(f"**{t('word.cause', locale)}:** {markdown_message(cause)}")

@@ -45,12 +45,13 @@ from backend.config.distributed import (
     parse_plan_form,
     plan_for_preset,
     plan_to_form,
-    slurm_script,
+    slurm_launch_env,
 )
 from backend.i18n import translate_finding
 from backend.runs.launcher import OFFLINE_ENV, trainer_env
 from backend.config.presets import PRESETS_DIR, load_presets
 from backend.runs import LOG_FILE, RunStore
+from backend.runs.queue import launch_file
 from tests.harness import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,7 +271,7 @@ def test_hostile_rccl_lines_are_problems_and_never_exported(lines: str, names: s
     for env in (distributed_env(plan), launch_env(plan, inherited_path="/usr/bin")):
         assert set(env) & (names - {"PATH"}) == set()
     assert launch_env(plan, inherited_path="/usr/bin")["PATH"].endswith(":/usr/bin")
-    shown = "\n".join(node_commands(plan, "/runs/x/config.yaml")) + slurm_script(plan, "/runs/x/config.yaml", "x")
+    shown = "\n".join(node_commands(plan, "/runs/x/config.yaml")) + launch_file(slurm_launch_env(plan))
     assert all(f"{name}=" not in shown for name in names)
 
 

@@ -273,7 +273,9 @@ def board(tmp_path, demo_assets):
 
 
 @pytest.mark.slow
-def test_two_starts_at_once_launch_exactly_one_run(board):
+def test_two_starts_at_once_launch_exactly_one_trainer(board):
+    """Two Starts at once (two tabs): one trainer; the other run waits in the queue, and a
+    cancelled queued run never starts."""
     from backend.service import demo_form
 
     barrier = threading.Barrier(2)
@@ -281,23 +283,23 @@ def test_two_starts_at_once_launch_exactly_one_run(board):
 
     def press_start(name: str) -> None:
         barrier.wait()
-        results.append(board.start(dict(demo_form(), run_name=name, max_steps=5000)))
+        results.append(board.start(dict(demo_form(), run_name=name, max_steps=5000), intent=name))
 
     threads = [threading.Thread(target=press_start, args=(name,)) for name in ("first", "second")]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    started = [r for r in results if r.started]
-    refused = [r for r in results if not r.started]
-    assert len(started) == 1 and len(refused) == 1
-    assert any(f.rule == "run-active" for f in refused[0].findings)
-    assert [s.id for s in board.store.list()] == [started[0].run.id]
+    training = [r for r in results if r.started and not r.queued]
+    queued = [r for r in results if r.queued]
+    assert len(training) == 1 and len(queued) == 1
+    assert board.cancel_queued(queued[0].run.id) == []
     assert len(run_processes(board.store.root)) >= 1
     began = time.monotonic()
-    assert board.stop(started[0].run.id).state == "stopped"
+    assert board.stop(training[0].run.id).state == "stopped"
     assert time.monotonic() - began < 10
     assert run_processes(board.store.root) == []
+    assert board.store.read(queued[0].run.id).pid is None  # it never started
 
 
 @pytest.mark.slow

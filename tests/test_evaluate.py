@@ -275,11 +275,13 @@ def test_stop_ends_a_running_evaluation_and_one_run_at_a_time(board_with_run) ->
     eval_id = result.run.id
     pid = board.store.read(eval_id).pid
     before = run_dirs(board.store.root)
-    # One run at a time: a second evaluation, or a training, is refused while it runs.
+    # One run at a time: a second evaluation is refused while it runs, a training waits in the queue.
     second = board.evaluations.start(source, "demo:demo", "final", 12, 16)
     assert second.run is None and [f.rule for f in second.findings] == ["run-active"]
-    assert board.start(demo_form()).run is None
     assert run_dirs(board.store.root) == before
+    queued = board.start(demo_form())
+    assert queued.queued
+    assert board.cancel_queued(queued.run.id) == [] and board.store.read(queued.run.id).pid is None
     # Its progress: LLaMA-Factory's LogCallback logs every 5 prediction batches.
     progress = wait_until(lambda: board.evaluations.progress(eval_id), 120, interval=0.5, what="a progress line")
     assert progress.total == 89 and progress.step >= 5  # 355 rows in batches of 4

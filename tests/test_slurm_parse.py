@@ -270,3 +270,65 @@ def test_a_forgotten_job_is_told_from_its_node_records():
 def test_every_pending_reason_has_words(reason, key):
     assert reason_key(reason) == key
     assert key in CATALOGUE["en"] and key in CATALOGUE["zh-CN"]
+
+
+# --- what the page shows, and what a tampered state file can do --------------------------------
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("job_id", ["1;scancel -u root", "$(reboot)", "-1", "12 13", "١٢", "9" * 40, 7, None])
+def test_a_job_id_that_is_not_digits_never_reaches_a_slurm_command(tmp_path, job_id):
+    import json as json_module
+
+    from backend.runs import RunStore
+    from backend.slurm.executor import SlurmExecutor
+
+    store = RunStore(tmp_path / "runs")
+    state = store.create(name="x", preset="cpu-demo", model="demo", files={}, executor="slurm")
+    path = store.run_dir(state.id) / "state.json"
+    data = json_module.loads(path.read_text())
+    data.update(state="running", job_id=job_id)
+    path.write_text(json_module.dumps(data))
+    read = store.read(state.id)
+    assert read.job_id == "" and read.executor == "slurm"
+
+    class Recording:
+        calls: list = []
+
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: Recording.calls.append((name, args))
+
+    executor = SlurmExecutor(store, client=Recording())
+    assert executor.refresh(read) == read and executor.stop(state.id).job_id == ""
+    assert Recording.calls == []
+
+
+def test_an_unknown_executor_in_a_state_file_is_this_machine(tmp_path):
+    import json as json_module
+
+    from backend.runs import RunStore
+
+    store = RunStore(tmp_path / "runs")
+    state = store.create(name="x", preset="cpu-demo", model="demo", files={})
+    path = store.run_dir(state.id) / "state.json"
+    path.write_text(json_module.dumps({**json_module.loads(path.read_text()), "executor": "kubernetes"}))
+    assert store.read(state.id).executor == "local"
+
+
+@pytest.mark.hostile
+def test_slurms_words_are_escaped_where_the_page_shows_them():
+    from dataclasses import replace
+
+    from backend.runs import RunState
+    from backend.view import queue_markdown, where_markdown
+
+    run = RunState("r1", "<b>name</b>", "2026-01-01", "cpu-demo", "m", state="pending", executor="slurm", job_id="12", slurm_reason="<img src=x onerror=alert(1)>")
+    for locale in ("en", "zh-CN"):
+        shown = where_markdown(run, locale)
+        assert "<img" not in shown.replace("`<img src=x onerror=alert(1)>`", "")  # only inside a code span
+        assert "`12`" in shown
+    running = replace(run, state="running", slurm_nodes="n[1-2]`](javascript:x)")
+    assert "](javascript" not in where_markdown(running).replace("`n[1-2]ʼ](javascript:x)`", "")
+    queued = replace(run, state="queued", executor="local", queued_at=0.0)
+    table = queue_markdown(None, [queued], [run], "en")
+    assert "<b>" not in table and "&lt;b&gt;" in table

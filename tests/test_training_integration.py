@@ -87,11 +87,10 @@ def test_stop_mid_run_leaves_no_process(board):
     result = board.start(form)
     assert result.started
     run_id = result.run.id
-    # A second Start while it trains is refused, and creates nothing.
-    before = len(board.store.list())
+    # A second Start while it trains waits in the queue (and, cancelled, never starts).
     second = board.start(dict(form, run_name="second"))
-    assert not second.started and any(f.rule == "run-active" for f in second.findings)
-    assert len(board.store.list()) == before
+    assert second.queued and board.store.read(second.run.id).pid is None
+    assert board.cancel_queued(second.run.id) == []
 
     assert wait_for(lambda: board.snapshot(run_id).points, timeout=300, interval=0.5), "no loss point arrived"
     root = psutil.Process(board.store.read(run_id).pid)

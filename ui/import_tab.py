@@ -11,6 +11,7 @@ from backend import view
 from ui.train_tab import ALL_FIELDS, TrainTab
 from backend.i18n import translate
 from backend.service import RocBoard
+from backend.service.live import digest
 from ui.widgets import Texts
 
 MAX_UPLOAD_BYTES = 256_000
@@ -77,10 +78,13 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         [import_findings, tabs, *train.open_outputs],
     )
 
-    def on_run(text: str, locale: str, *values: Any):
+    def on_run(text: str, locale: str, mode: Any, *values: Any):
         """Every key of the YAML, checked and started like the form's Start; the Train tab
-        then shows the run (its settings, Other keys included, read-only)."""
-        load, result = board.start_yaml(text, str(values[ALL_FIELDS.index("preset")]), dict(zip(ALL_FIELDS, values)))
+        then shows the run (its settings, Other keys included, read-only). Two clicks sent
+        with one page state (a double-click) are one Start: the intent names that state."""
+        mode = mode if isinstance(mode, dict) else {}
+        intent = f"yaml:{mode.get('run_id')}:{mode.get('intent', '')}:{digest(text)}"
+        load, result = board.start_yaml(text, str(values[ALL_FIELDS.index("preset")]), dict(zip(ALL_FIELDS, values)), intent=intent)
         findings = list(load.findings) + (list(result.findings) if result is not None else [])
         if result is None or not result.started:
             text_out = (view.findings_markdown(findings, locale) + "\n\n" if findings else "") + translate("import.run_refused", locale)
@@ -90,7 +94,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
 
     run_button.click(
         on_run,
-        [import_text, locale_state, *[form_fields[name] for name in ALL_FIELDS]],
+        [import_text, locale_state, train.mode, *[form_fields[name] for name in ALL_FIELDS]],
         [import_findings, tabs, *train.open_outputs],
         concurrency_limit=1,
         concurrency_id="start",

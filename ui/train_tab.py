@@ -412,12 +412,9 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value), intent=intent)
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
-            # Nothing was created: the panel goes back to what it showed, Start usable again.
-            # A second click that lost the race to the first (a double-click) was sent with
-            # the tab as it was before: the run that trains now is what the panel shows.
-            active = board.active_run()
-            if active is not None:
-                return [*open_run(active.id, locale), findings_text]
+            # Nothing was created: the panel goes back to what it showed, Start usable again,
+            # the form as the user left it with its fields marked. (A double-click's second
+            # Start is not refused: it answers with the run the first made, opened below.)
             before_form = open_outputs.index(form_inputs[0])
             return [*[gr.skip()] * before_form, *field_updates(result.findings, locale), *render(run_id, None, locale, mode_value), findings_text]
         opened = open_run(result.run.id, locale)

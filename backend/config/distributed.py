@@ -14,8 +14,9 @@ distributed run is the ordinary run plus three things, all computed here from on
 - keys merged into the LLaMA-Factory YAML (`extra_args`), and
 - for ZeRO, a DeepSpeed JSON beside config.yaml (`deepspeed_files`, `write_deepspeed_json`).
 
-For clusters it writes what each node runs (`node_commands`) and a Slurm batch script
-(`slurm_script`). Nothing here imports torch: the web process builds plans and commands.
+For clusters it writes what each node runs (`node_commands`), and what a Slurm run's node
+tasks give their trainers (`slurm_launch_env`; the batch script itself is backend/slurm/script.py).
+Nothing here imports torch: the web process builds plans and commands.
 """
 
 from __future__ import annotations
@@ -604,54 +605,6 @@ def node_commands(
     return commands
 
 
-def slurm_script(
-    plan: DistributedPlan,
-    config_file: str | Path,
-    job_name: str,
-    extra_env: Mapping[str, str] | None = None,
-) -> str:
-    """A Slurm batch script that runs the plan on `plan.nnodes` nodes.
-
-    One task per node (torchrun starts that node's workers); MASTER_ADDR is the first host of
-    the allocation, NODE_RANK is each task's SLURM_NODEID. Submit with `sbatch`."""
-    config = Path(config_file)
-    directory = str(config.parent) or "."
-    env = dict(extra_env or {})
-    env.update(distributed_env(plan))
-    # Set per job and per task below, not fixed when the script is written.
-    for name in ("NODE_RANK", "MASTER_ADDR"):
-        env.pop(name, None)
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={_slurm_safe(job_name)}",
-        f"#SBATCH --nodes={plan.nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-    ]
-    if not plan.on_cpu:
-        lines.append(f"#SBATCH --gpus-per-node={len(plan.gpus)}")
-    lines += [
-        "#SBATCH --output=%x-%j.log",
-        "# Written by RocBoard. One task per node: torchrun (through llamafactory-cli) starts",
-        f"# {plan.nproc} worker(s) on each node; node 0 hosts the rendezvous.",
-        "set -euo pipefail",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        "export MASTER_ADDR",
-    ]
-    if not plan.on_cpu:
-        lines.append("# GPU indices are relative to what Slurm exposes (it sets ROCR_VISIBLE_DEVICES).")
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
-    lines.append(f"cd {shlex.quote(directory)}")
-    task = f"export NODE_RANK=\"$SLURM_NODEID\"; exec llamafactory-cli train {shlex.quote(config.name)}"
-    lines.append(
-        f"srun --nodes={plan.nnodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote(task)}"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def _slurm_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "rocboard"
-
-
 def describe(plan: DistributedPlan) -> str:
     """One line for the page: what will run where."""
     where = "CPU" if plan.on_cpu else f"GPU {visible_devices(plan)}"
@@ -689,6 +642,5 @@ __all__ = [
     "plan_for_preset",
     "rccl_env_from_preset",
     "slurm_launch_env",
-    "slurm_script",
     "write_deepspeed_json",
 ]

@@ -8,8 +8,8 @@ On disk, so a restart keeps it:
   run is gone or no longer queued is skipped (and dropped at the next write).
 
 Every change (join, leave, move, and taking the head to start it) happens under one lock:
-a thread lock for this process and an flock on `runs/.queue.lock` for every other RocBoard
-process on the same runs directory (the page and `python app.py submit` may act at once).
+a thread lock for this process and an flock of the runs directory itself for every other
+RocBoard process on it (the page and `python app.py submit` may act at once).
 A run joins the order before its directory appears (both under the lock), so a crash between
 the two leaves an id that is skipped, never a queued run the queue does not know.
 """
@@ -30,7 +30,6 @@ from typing import Any
 from backend.runs import LAUNCH_FILE, RUN_ID_PATTERN, RunNotFound, RunState, RunStore
 
 QUEUE_FILE = "queue.json"
-QUEUE_LOCK_FILE = ".queue.lock"
 KEEPER_LOCK_FILE = ".keeper.lock"
 QUEUE_MAX = 1000  # runs waiting at once
 QUEUE_FILE_MAX_BYTES = 256 * 1024
@@ -69,7 +68,9 @@ class RunQueue:
                     self._depth.value = depth
                 return
             self.store.ensure_root()
-            fd = os.open(self.store.root / QUEUE_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            # The runs directory itself is the lock (an flock of its descriptor): no file of
+            # its own, so a look at the queue leaves nothing behind in the runs directory.
+            fd = os.open(self.store.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._depth.value = 1

@@ -1,0 +1,75 @@
+"""A Slurm run from the page, in headless Chromium, against the real app and a real two-node
+Slurm (tests/slurm_cluster.py): pick "Slurm cluster", two nodes, Start; the run waits, runs
+on both nodes with its loss and each node's memory drawn live, finishes, and its adapter
+downloads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.i18n import translate
+from tests.harness import AppServer
+from tests.test_browser_app import (
+    RUN_TIMEOUT_S,
+    UI_TIMEOUT_MS,
+    download_adapter,
+    fill,
+    run_ids,
+    shoot,
+    wait_for_loss_points,
+    wait_for_new_run,
+    wait_for_text,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+MEMORY_TRACES_JS = """() => {
+    const plot = document.querySelector('#memory-chart .js-plotly-plot');
+    return plot && plot.data ? plot.data.map(trace => trace.name || '') : [];
+}"""
+
+
+@pytest.fixture(scope="module")
+def app_server(demo_assets, slurm_cluster, tmp_path_factory):
+    """The app, with SLURM_CONF pointing at the test cluster."""
+    with AppServer(workdir=tmp_path_factory.mktemp("app"), env={"SLURM_CONF": str(slurm_cluster.conf)}) as server:
+        yield server
+
+
+def choose_slurm(page, nodes: int) -> None:
+    page.get_by_text(translate("accordion.placement", "en")).click()
+    page.locator("#run-on").get_by_text(translate("run_on.slurm", "en")).click()
+    page.wait_for_selector("#slurm-nodes", state="visible", timeout=UI_TIMEOUT_MS)
+    fill(page, "slurm-nodes", str(nodes))
+
+
+def test_a_demo_run_submitted_from_the_page_trains_on_two_nodes_to_a_downloadable_adapter(app_server, page_of, tmp_path: Path) -> None:
+    page = page_of()
+    assert not page.locator("#slurm-partition").is_visible()  # the Slurm fields only for Slurm
+    choose_slurm(page, 2)
+    fill(page, "max-steps", "300")
+    fill(page, "run-name", "from-the-page")
+    page.get_by_text(translate("accordion.preview", "en")).click()
+    page.locator("#preview").click()
+    wait_for_text(page, "#preview-command", "#SBATCH --nodes=2")  # what sbatch will be given
+    before = run_ids(app_server)
+    page.locator("#start").click()
+    state = wait_for_new_run(app_server, before)
+    assert state["executor"] == "slurm" and state["job_id"].isdigit()
+    wait_for_text(page, "#status", "Slurm job", timeout_ms=UI_TIMEOUT_MS)
+    status = wait_for_text(page, "#status", "Status: running", timeout_ms=RUN_TIMEOUT_S * 1000)
+    assert f"Slurm job {state['job_id']} on n[1-2]" in status
+    # Live, while it trains: the loss, and each node's memory on one chart.
+    wait_for_loss_points(page, 5, RUN_TIMEOUT_S * 1000)
+    page.wait_for_function(f"() => {{ const n = ({MEMORY_TRACES_JS})(); return n.some(t => t.startsWith('n1 ·')) && n.some(t => t.startsWith('n2 ·')); }}", timeout=RUN_TIMEOUT_S * 1000, polling=500)
+    shoot(page, "slurm-running")
+    status = wait_for_text(page, "#status", "Status: finished", "Status: failed", "Status: stopped", timeout_ms=RUN_TIMEOUT_S * 1000)
+    assert "Status: finished" in status and "COMPLETED" in status, status
+    names = download_adapter(page, tmp_path / "adapter.zip")
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= {Path(name).name for name in names}
+    # The runs table says where it ran.
+    page.get_by_role("tab", name=translate("tab.runs", "en")).click()
+    wait_for_text(page, "#runs-table", f"Slurm job {state['job_id']}")
