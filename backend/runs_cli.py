@@ -61,11 +61,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", help="en or zh-CN (default: from LANG)")
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | None:
+def _options(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace | None, int]:
+    """(the options, 0), or (None, the exit status) after --help or bad arguments (argparse
+    has said why)."""
     try:
-        return parser.parse_args(argv)
+        return parser.parse_args(argv), EXIT_OK
     except SystemExit as exit_:
-        return None if exit_.code else argparse.Namespace(help_only=True)
+        return None, EXIT_USAGE if exit_.code else EXIT_OK
 
 
 # --- submit -----------------------------------------------------------------------------------
@@ -92,11 +94,9 @@ def submit_parser() -> argparse.ArgumentParser:
 
 def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    options = _parse(submit_parser(), argv)
+    options, status = _options(submit_parser(), argv)
     if options is None:
-        return EXIT_USAGE
-    if getattr(options, "help_only", False):
-        return EXIT_OK
+        return status
     locale = _locale(options.lang)
     try:
         with open(options.config, "rb") as handle:
@@ -223,11 +223,9 @@ def _status_line(status: dict[str, Any], locale: str) -> str:
 
 def status_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    options = _parse(status_parser(), argv)
+    options, status = _options(status_parser(), argv)
     if options is None:
-        return EXIT_USAGE
-    if getattr(options, "help_only", False):
-        return EXIT_OK
+        return status
     locale = _locale(options.lang)
     from backend.runs import RunNotFound
 
@@ -261,11 +259,9 @@ def stop_parser() -> argparse.ArgumentParser:
 
 def stop_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    options = _parse(stop_parser(), argv)
+    options, status = _options(stop_parser(), argv)
     if options is None:
-        return EXIT_USAGE
-    if getattr(options, "help_only", False):
-        return EXIT_OK
+        return status
     locale = _locale(options.lang)
     from backend.runs import RunNotFound
 

@@ -439,25 +439,25 @@ def _clock(at: float | None) -> str:
 def queue_markdown(active, queued, slurm_runs, locale: str = "en", slurm_problem: str = "") -> str:
     """The queue, as the Runs tab shows it: what trains here now, the runs queued here in the
     order they start, and every Slurm run that waits or runs with why it waits."""
-    lines = [f"**{t('queue.here', locale)}**"]
+    lines = [f"**{t('queue.here', locale)}**", ""]
     if active is not None:
-        lines.append(t("queue.training_now", locale, run_id=code_span(active.id)[1:-1]))
+        lines += [t("queue.training_now", locale, run_id=code_span(active.id)[1:-1]), ""]
     if queued:
-        lines += ["", f"| # | {t('runs.column.run', locale)} | {t('runs.column.name', locale)} | {t('queue.column.since', locale)} |", "|---|---|---|---|"]
+        lines += [f"| # | {t('runs.column.run', locale)} | {t('runs.column.name', locale)} | {t('queue.column.since', locale)} |", "|---|---|---|---|"]
         for number, state in enumerate(queued, start=1):
             lines.append(f"| {number} | {code_span(state.id)} | {escape_markdown(state.name, 80)} | {_clock(state.queued_at)} |")
     else:
         lines.append(t("queue.empty", locale))
-    lines += ["", f"**{t('queue.slurm', locale)}**"]
+    lines += ["", f"**{t('queue.slurm', locale)}**", ""]
     if slurm_runs:
-        lines += ["", f"| {t('runs.column.run', locale)} | {t('queue.column.job', locale)} | {t('runs.column.state', locale)} | {t('queue.column.detail', locale)} |", "|---|---|---|---|"]
+        lines += [f"| {t('runs.column.run', locale)} | {t('queue.column.job', locale)} | {t('runs.column.state', locale)} | {t('queue.column.detail', locale)} |", "|---|---|---|---|"]
         for state in slurm_runs:
             detail = slurm_reason_text(state.slurm_reason, locale) if state.state == "pending" else code_span(state.slurm_nodes or "?", 80)
             lines.append(f"| {code_span(state.id)} | {code_span(state.job_id or '?')} | {escape_markdown(t(f'state.{state.state}', locale))} | {detail} |")
     else:
         lines.append(t("queue.slurm_empty", locale))
     if slurm_problem:
-        lines.append(t("status.slurm_no_answer", locale, detail=code_span(slurm_problem, 300)[1:-1]))
+        lines += ["", t("status.slurm_no_answer", locale, detail=code_span(slurm_problem, 300)[1:-1])]
     return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("telemetry", "5. Telemetry sample cost per source", "bench.bench_telemetry"),
     ("data", "6. Checking a dataset file", "bench.bench_data"),
     ("ship", "7. After training: chat, evaluate, export", "bench.bench_ship"),
+    ("slurm", "8. Slurm runs and the queue", "bench.bench_slurm"),
 )
 
 INTRO = """\

@@ -87,22 +87,13 @@ def slurm_cluster(tmp_path_factory):
     """A real Slurm cluster of two nodes on this machine (tests/slurm_cluster.py), with
     accounting when slurmdbd and MariaDB are installed; SLURM_CONF points at it for the whole
     session (the app's Slurm commands and the servers tests start read it)."""
-    from tests.slurm_cluster import SlurmCluster, unavailable
+    from tests.slurm_cluster import running_cluster, unavailable
 
     why = unavailable()
     if why:
         pytest.skip(f"SLURM TESTS SKIPPED: {why}")
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
-    previous = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)
-    try:
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
-    finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
-        cluster.stop()
 
 
 # --- the hostile-input tally docs/security.md quotes -------------------------------------------

@@ -34,6 +34,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 NODE_NAMES = ("n1", "n2")
@@ -308,6 +310,23 @@ class SlurmCluster:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+
+
+@contextmanager
+def running_cluster(workdir: Path) -> Iterator[SlurmCluster]:
+    """A cluster started in `workdir`, SLURM_CONF pointing at it (for this process and what it
+    starts) until the block ends, then stopped."""
+    cluster = SlurmCluster(workdir).start()
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        cluster.stop()
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ import pytest
 from backend.i18n import translate
 from backend.runs.launcher import ProcessIdentity, stop_tree
 from tests.harness import wait_until
-from tests.test_browser_app import RUN_TIMEOUT_S, UI_TIMEOUT_MS, fill, new_run_form, run_ids, shoot, text_of, wait_for_new_run, wait_for_text, wait_until_idle
+from tests.test_browser_app import RUN_TIMEOUT_S, UI_TIMEOUT_MS, assert_no_error, fill, new_run_form, run_ids, shoot, text_of, wait_for_new_run, wait_for_text, wait_until_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -25,7 +25,6 @@ def test_the_queue_on_the_runs_tab_reorders_and_cancels(app_server, page_of) -> 
     wait_for_text(page, "#status", "Status: running", "Status: starting", timeout_ms=RUN_TIMEOUT_S * 1000)
     queued = []
     for name in ("queued-b", "queued-c"):
-        page.locator("#new-run").click()
         new_run_form(page)
         fill(page, "max-steps", "20")
         fill(page, "run-name", name)
@@ -35,6 +34,7 @@ def test_the_queue_on_the_runs_tab_reorders_and_cancels(app_server, page_of) -> 
         queued.append(wait_for_new_run(app_server, before)["id"])
         wait_for_text(page, "#status", "Status: queued")
     assert "number 2 in line" in text_of(page, "#status")
+    assert_no_error(page, "queueing two runs")
     page.get_by_role("tab", name=translate("tab.runs", "en")).click()
     queue = wait_for_text(page, "#queue", queued[1])
     assert f"Training here now: {training}" in queue and queue.index(queued[0]) < queue.index(queued[1])
@@ -61,3 +61,4 @@ def test_the_queue_on_the_runs_tab_reorders_and_cancels(app_server, page_of) -> 
     wait_until(lambda: {s["id"]: s for s in app_server.runs()}[queued[1]]["state"] == "finished", RUN_TIMEOUT_S, what="the queued run to start and finish")
     assert {s["id"]: s for s in app_server.runs()}[queued[0]]["pid"] is None
     wait_until_idle(page)
+    assert_no_error(page, "the queue moving on")

@@ -15,6 +15,7 @@ from tests.harness import AppServer
 from tests.test_browser_app import (
     RUN_TIMEOUT_S,
     UI_TIMEOUT_MS,
+    assert_no_error,
     download_adapter,
     fill,
     run_ids,
@@ -50,7 +51,7 @@ def test_a_demo_run_submitted_from_the_page_trains_on_two_nodes_to_a_downloadabl
     page = page_of()
     assert not page.locator("#slurm-partition").is_visible()  # the Slurm fields only for Slurm
     choose_slurm(page, 2)
-    fill(page, "max-steps", "300")
+    fill(page, "max-steps", "600")  # long enough to be seen training on both nodes
     fill(page, "run-name", "from-the-page")
     page.get_by_text(translate("accordion.preview", "en")).click()
     page.locator("#preview").click()
@@ -68,6 +69,7 @@ def test_a_demo_run_submitted_from_the_page_trains_on_two_nodes_to_a_downloadabl
     shoot(page, "slurm-running")
     status = wait_for_text(page, "#status", "Status: finished", "Status: failed", "Status: stopped", timeout_ms=RUN_TIMEOUT_S * 1000)
     assert "Status: finished" in status and "COMPLETED" in status, status
+    assert_no_error(page, "a Slurm run from start to end")
     names = download_adapter(page, tmp_path / "adapter.zip")
     assert {"adapter_model.safetensors", "adapter_config.json"} <= {Path(name).name for name in names}
     # The runs table says where it ran.

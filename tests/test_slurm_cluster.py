@@ -271,6 +271,25 @@ def test_a_job_killed_by_its_time_limit_is_timeout_with_the_fix(board, slurm_clu
     wait_until(lambda: processes_of(board.store.run_dir(run_id)) == [], 30, what="nothing left of the timed-out job")
 
 
+def test_a_job_told_its_time_limit_is_near_stops_and_saves_before_it(board, slurm_cluster, monkeypatch):
+    """--signal=USR1@...: the node tasks stop the trainer as Stop does, before Slurm kills it.
+    (Written for limits of 20 minutes and more, 3 minutes ahead; here 2 and 1.5.)"""
+    from backend.slurm import script
+
+    monkeypatch.setattr(script, "PRE_TIMEOUT_MIN_S", 120)
+    monkeypatch.setattr(script, "PRE_TIMEOUT_S", 90)
+    form = {**demo_form(), **SLURM, "run_name": "near-limit", "slurm_time": "00:02:00", "max_steps": 100_000, "save_steps": 50}
+    result = board.start(form)
+    assert result.started, [(f.rule, f.problem) for f in result.findings]
+    run_dir = board.store.run_dir(result.run.id)
+    assert "#SBATCH --signal=USR1@90" in (run_dir / "slurm.sh").read_text()
+    ended = wait_state(board, result.run.id, lambda s: not s.active, "the warning before the time limit", 200)
+    assert (ended.state, ended.stop_reason, ended.slurm_state) == ("stopped", "reason.slurm_saved_before_limit", "COMPLETED")
+    assert json.loads((run_dir / "nodes" / "0" / "task.json").read_text())["stopped"] is True
+    assert (run_dir / "output" / "adapter_model.safetensors").is_file()  # saved, not killed
+    assert "before its Slurm time limit" in board.run_view(result.run.id).status
+
+
 # --- restart and the command line ------------------------------------------------------------------
 
 

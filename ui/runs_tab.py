@@ -21,7 +21,7 @@ RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}
 
 # Room for each column's longest usual value (a run id, "finished", "100 / 100", a start
 # time): Gradio otherwise gives every column the same share and cuts what overflows.
-RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "100px", "105px", "75px", "75px", "115px", "65px", "150px"]
+RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "120px", "105px", "75px", "75px", "115px", "65px", "150px"]
 
 
 def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:
@@ -45,7 +45,6 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         delete_button = texts.value(gr.Button(texts("button.delete"), variant="stop", elem_id="runs-delete"), "button.delete")
         confirm_button = texts.value(gr.Button(texts("button.confirm_delete"), variant="stop", visible=False, elem_id="runs-confirm-delete"), "button.confirm_delete")
     message = gr.Markdown("", elem_id="runs-message")
-    overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
     # The queue: this machine's (in the order the runs start) and the Slurm jobs that wait or run.
     queue_box = gr.Markdown(board.queue_markdown("en"), elem_id="queue")
     with gr.Row():
@@ -54,6 +53,7 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         down_button = texts.value(gr.Button(texts("button.queue_down"), elem_id="queue-down", min_width=80), "button.queue_down")
         cancel_button = texts.value(gr.Button(texts("button.queue_cancel"), variant="stop", elem_id="queue-cancel", min_width=160), "button.queue_cancel")
     queue_message = gr.Markdown("", elem_id="queue-message")
+    overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
 
     def refresh(locale: str):
         return runs_table(board, locale), gr.update(choices=board.run_ids()), board.queue_markdown(locale), gr.update(choices=queue_choices(board))

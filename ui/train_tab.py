@@ -472,7 +472,9 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         would send nothing."""
         drawn = shown if isinstance(shown, dict) else {}
         run = board.run_view(run_id, locale, drawn.get("version"))
-        if not run.active:
+        if not run.active or run.unchanged:
+            # Unchanged: another event drew this version meanwhile (gr.skip() is a dict too,
+            # so it must not reach the digests below).
             return [gr.skip()] * len(ticking_names)
         updates = dict(zip(panel, show(run, editing_of(mode_value), locale, drawn.get("sent"))))
         version = updates["version"]

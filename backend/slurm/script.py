@@ -63,7 +63,7 @@ def sbatch_lines(placement: SlurmPlacement, run_id: str) -> list[str]:
         lines.append(f"--account={placement.account}")
     limit = placement.time_limit_s
     if limit is not None and limit >= PRE_TIMEOUT_MIN_S:
-        lines.append(f"--signal={STOP_SIGNAL}@{PRE_TIMEOUT_S}")
+        lines.append(f"--signal={STOP_SIGNAL}@{PRE_TIMEOUT_S}")  # Slurm may send it up to a minute early
     lines += [f"--{name}={value}" if value else f"--{name}" for name, value in placement.extra]
     return [f"#SBATCH {line}" for line in lines]
 
