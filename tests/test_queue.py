@@ -144,7 +144,10 @@ def test_three_queued_runs_survive_a_restart_finish_in_order_and_a_cancelled_one
             done = cli("submit", str(path), "--runs-dir", str(runs))
             assert done.returncode == 0, done.stderr
             ids[name] = done.stdout.strip()
-            assert ("started:" if name == "training" else "queued: number") in done.stderr
+            training = runs / ids["training"]
+            assert ("started:" if name == "training" else "queued: number") in done.stderr, (
+                done.stderr, (training / "state.json").read_text(), (training / "train.log").read_text()[-3000:]
+            )
         store = RunStore(runs)
         assert store.read(ids["training"]).state == "running"
         assert [s.id for s in RunQueue(store).queued()] == [ids[n] for n in ("one", "two", "cancelled", "three")]

@@ -105,6 +105,15 @@ def test_a_one_node_run_waits_runs_stops_and_resumes_as_a_new_job(board, slurm_c
     assert (run_dir / "output" / "adapter_model.safetensors").is_file()
     assert processes_of(run_dir) == []
 
+    # A resume the cluster would refuse (form.json edited to a partition it lacks) changes nothing.
+    form_file = run_dir / "form.json"
+    saved = form_file.read_text()
+    form_file.write_text(json.dumps({**json.loads(saved), "slurm_partition": "nope"}))
+    refused = board.resume(run.id)
+    assert not refused.started and "slurm-bad-partition" in rules(refused.findings)
+    assert board.store.read(run.id).attempts == 1 and not (run_dir / "attempts").exists()
+    form_file.write_text(saved)
+
     resumed = board.resume(run.id)
     assert resumed.started, [(f.rule, f.problem) for f in resumed.findings]
     checkpoint = int(resumed.run.resumed_from.removeprefix("output/checkpoint-"))

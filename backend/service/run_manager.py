@@ -414,18 +414,14 @@ class RunManager:
             return refusal_finding(why, placement, self.slurm.facts.get().partitions)
         return problem_finding(why)
 
-    def _resubmit(self, run_id: str, form: dict[str, Any], preset: HardwarePreset | None, plan: DistributedPlan | None, placement: SlurmPlacement) -> StartResult:
+    def _resubmit(self, run_id: str, preset: HardwarePreset | None, plan: DistributedPlan | None, placement: SlurmPlacement, script: str) -> StartResult:
         """Resume of a Slurm run: a new job from its newest checkpoint (config.yaml already
-        rewritten by prepare_resume), with the batch script written anew."""
+        rewritten by prepare_resume; the cluster asked before), with the batch script
+        written anew."""
         from backend.config.distributed import slurm_launch_env
-        from backend.slurm.preflight import preflight
-        from backend.slurm.script import SCRIPT_FILE, batch_script, sbatch_argv
+        from backend.slurm.script import SCRIPT_FILE, sbatch_argv
 
         run_dir = self.store.run_dir(run_id)
-        script = batch_script(run_dir, run_id, placement, plan.nproc if plan else 1)
-        checked = preflight(self.slurm.client, self.slurm.facts, placement, script, self.store.root)
-        if has_problems(checked):
-            return StartResult(None, checked)
         env = dict(preset.env) if preset else {}
         if plan is not None:
             env.update(slurm_launch_env(plan))
@@ -433,10 +429,10 @@ class RunManager:
         safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env).encode("utf-8"))
         submitted, why = self.slurm.submit(run_id, sbatch_argv(run_dir, run_dir / SCRIPT_FILE))
         if submitted is None:
-            return StartResult(None, checked + [self._submit_finding(why, placement)])
+            return StartResult(None, [self._submit_finding(why, placement)])
         self.monitors.forget(run_id)
         self.on_launch(run_id)
-        return StartResult(submitted, checked)
+        return StartResult(submitted, [])
 
     # --- resume and re-attach ----------------------------------------------------------
 
@@ -466,9 +462,20 @@ class RunManager:
             # the page's form: a refused RCCL line stops the resume before anything changes.
             if has_problems(plan_findings + placement_findings):
                 return StartResult(None, plan_findings + placement_findings)
+            on_slurm = isinstance(placement, SlurmPlacement) and current is not None and not current.local
+            if on_slurm:
+                # The cluster is asked first: a refusal leaves the run as it was (no attempt
+                # archived, config.yaml not rewritten).
+                from backend.slurm.preflight import preflight
+                from backend.slurm.script import batch_script
+
+                script = batch_script(self.store.run_dir(run_id), run_id, placement, plan.nproc if plan else 1)
+                checked = preflight(self.slurm.client, self.slurm.facts, placement, script, self.store.root)
+                if has_problems(checked):
+                    return StartResult(None, checked)
             prepare_resume(self.store, run_id)
-            if isinstance(placement, SlurmPlacement) and current is not None and not current.local:
-                return self._resubmit(run_id, form, preset, plan, placement)
+            if on_slurm:
+                return self._resubmit(run_id, preset, plan, placement, script)
             env = dict(preset.env) if preset else {}
             if plan is not None:
                 from backend.config.distributed import launch_env
