@@ -96,6 +96,51 @@ def slurm_cluster(tmp_path_factory):
         yield cluster
 
 
+# --- processes a test module left behind -------------------------------------------------------
+
+# What RocBoard starts (trainers, warm trainers forked from the helper, chat servers, apps).
+_OURS = ("llamafactory-cli", "backend/llama_factory/zygote.py", "backend/llama_factory/worker.py", "backend/chat/api_worker.py", "torchrun", "app.py")
+_LINGER_S = 10.0  # a cold check worker whose app was just stopped ends by itself within seconds
+_left_behind: list[str] = []
+
+
+def _ours_started_since(since: float) -> list["psutil.Process"]:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if (process.info["create_time"] or 0) >= since and process.pid != os.getpid() and any(mark in cmdline for mark in _OURS):
+            found.append(process)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_process_left_behind(request):
+    """A trainer or server a module's tests started and did not stop trains on into the next
+    modules: on 2 cores that slows them into timeouts far from the cause. Whatever of ours the
+    module started and is still running a little after its own fixtures were torn down is
+    killed here and named at the end of the session. (A session's Slurm cluster is not ours:
+    its daemons never match; a Slurm job's trainer does, and a module stops its jobs.)"""
+    import time
+
+    import psutil
+
+    from tests.harness import kill_processes
+
+    started = time.time() - 1.0  # create_time has tick granularity
+    yield
+    deadline = time.monotonic() + _LINGER_S
+    while (left := _ours_started_since(started)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for process in left:
+        try:
+            _left_behind.append(f"{request.module.__name__}: pid {process.pid} {' '.join(process.cmdline())[:200]}")
+        except psutil.Error:
+            continue
+    kill_processes(left)
+
+
 # --- the hostile-input tally docs/security.md quotes -------------------------------------------
 
 _hostile_outcomes: dict[str, bool] = {}
@@ -110,6 +155,10 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    if _left_behind:
+        terminalreporter.section("processes left behind (killed at their module's end)", yellow=True)
+        for line in _left_behind:
+            terminalreporter.write_line(line)
     if _hostile_outcomes:
         refused = sum(_hostile_outcomes.values())
         terminalreporter.write_line(f"hostile inputs: {refused} of {len(_hostile_outcomes)} refused")

@@ -25,6 +25,9 @@ def test_the_queue_on_the_runs_tab_reorders_and_cancels(app_server, page_of) -> 
     wait_for_text(page, "#status", "Status: running", "Status: starting", timeout_ms=RUN_TIMEOUT_S * 1000)
     queued = []
     for name in ("queued-b", "queued-c"):
+        # The form shows the run just started (or queued) before it is asked for a new one: on a
+        # busy machine the switch to watching can land after a click on New run otherwise.
+        page.wait_for_selector("#new-run", state="visible", timeout=UI_TIMEOUT_MS)
         new_run_form(page)
         fill(page, "max-steps", "20")
         fill(page, "run-name", name)

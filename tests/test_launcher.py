@@ -156,6 +156,43 @@ def test_refresh_after_restart_follows_then_settles_a_failed_run(tmp_path):
     assert stop_reason_text(old, "zh-CN") == old.stop_reason
 
 
+def test_a_run_being_started_elsewhere_is_left_to_its_starter_and_settled_once_it_is_gone(tmp_path):
+    """A start takes seconds before the trainer's pid is recorded; another process looking
+    meanwhile (a tab's tick, `app.py status`) must not call it ended. Once the process that
+    was starting it is gone with no trainer recorded, the start was interrupted."""
+    store = RunStore(tmp_path / "runs")
+    run = make_run(store)  # "starting", started by this process
+    assert (run.state, run.starter_pid) == ("starting", os.getpid())
+    other = Launcher(store)  # another process's launcher, looking at the same runs
+    assert other.refresh(run.id).state == "starting"
+    starter = psutil.Popen([sys.executable, "-c", "pass"])
+    started = starter.create_time()
+    store.update(run.id, starter_pid=starter.pid, starter_started=started)
+    starter.wait(10)  # it exits before it launched anything (a command line, killed mid-start)
+    settled = other.refresh(run.id)
+    assert (settled.state, settled.stop_reason, settled.pid) == ("failed", "reason.start_interrupted", None)
+    assert "nothing trained" in stop_reason_text(settled, "en") and "未进行任何训练" in stop_reason_text(settled, "zh-CN")
+    # A start that began launching here writes the trainer over the starter.
+    fresh = make_run(store)
+    launched = Launcher(store).start(fresh.id, {}, command=[sys.executable, "-c", "pass"])
+    assert launched.pid is not None and (launched.starter_pid, launched.starter_started) == (None, None)
+
+
+def test_a_trainer_that_cannot_start_leaves_a_failed_run_not_a_starting_one(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    run = make_run(store)
+    try:
+        Launcher(store).start(run.id, {}, command=[str(tmp_path / "no-such-program")])
+    except OSError:
+        pass
+    else:
+        raise AssertionError("a missing program started")
+    failed = store.read(run.id)
+    assert (failed.state, failed.stop_reason, failed.pid) == ("failed", "reason.launch_failed", None)
+    assert "no-such-program" in failed.stop_reason_params["error"]
+    assert "could not start" in (store.run_dir(run.id) / "train.log").read_text()
+
+
 def test_refresh_after_restart_settles_a_finished_run(tmp_path):
     store = RunStore(tmp_path / "runs")
     run = make_run(store)

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,19 @@ def test_only_a_queued_run_is_cancelled_or_moved(tmp_path):
     assert board.store.read(run_id).state == "finished"
 
 
+def test_a_command_line_that_sees_a_run_end_leaves_the_queue_to_the_app(tmp_path):
+    """`app.py stop` sees the run it stopped end; a start begun on its thread would die with
+    it when it exits a moment later (a run left half-started). Only a process that keeps the
+    queue (the app's keeper) starts the next one."""
+    board = RocBoard(tmp_path / "runs")  # as runs_cli makes one: no keeper
+    ended = board.store.create(name="ended", preset="cpu-demo", model="demo", files={}, state="finished").id
+    waiting = queued_run(board.store, "next")
+    board.run_manager.queue.join(waiting)
+    board.run_manager.launcher.on_end(ended)
+    time.sleep(0.5)  # a hand-over thread, if one were started, would have marked it starting by now
+    assert board.store.read(waiting).state == "queued" and board.run_manager.queue.position(waiting) == 1
+
+
 def test_the_keeper_lock_says_whether_an_app_moves_the_queue_on(tmp_path):
     queue = RunQueue(RunStore(tmp_path / "runs"))
     assert not queue.keeper_alive()
@@ -105,6 +119,7 @@ def test_the_keeper_lock_says_whether_an_app_moves_the_queue_on(tmp_path):
 @pytest.mark.slow
 def test_a_start_while_a_run_trains_queues_it_and_the_queue_runs_in_its_order(tmp_path, demo_assets):
     board = RocBoard(tmp_path / "runs")
+    board.keep_queue()  # as the app does
     first = board.start({**demo_form(), **SHORT, "run_name": "first"}, intent="a")
     assert first.run.state == "running"
     second = board.start({**demo_form(), **SHORT, "run_name": "second"}, intent="b")
@@ -127,6 +142,7 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # five cold `app.py submit`s, an app restart and three runs in turn, on 2 busy cores
 def test_three_queued_runs_survive_a_restart_finish_in_order_and_a_cancelled_one_never_starts(tmp_path, demo_assets):
     import yaml
 
@@ -138,7 +154,7 @@ def test_three_queued_runs_survive_a_restart_finish_in_order_and_a_cancelled_one
     with AppServer(workdir=tmp_path / "app") as server:
         runs = server.runs_dir
         ids = {}
-        for name, steps in (("training", 1_000_000), ("one", 30), ("two", 30), ("cancelled", 30), ("three", 30)):
+        for name, steps in (("training", 1_000_000), ("one", 5), ("two", 5), ("cancelled", 5), ("three", 5)):
             path = tmp_path / f"{name}.yaml"
             path.write_text(yaml.safe_dump({**config, "max_steps": steps, "run_name": name}))
             done = cli("submit", str(path), "--runs-dir", str(runs))
@@ -168,7 +184,7 @@ def test_three_queued_runs_survive_a_restart_finish_in_order_and_a_cancelled_one
         stopped = cli("stop", ids["training"], "--runs-dir", str(runs))  # its end moves the queue on
         assert stopped.returncode == 0, stopped.stderr
         order = [ids[n] for n in ("training", "one", "two", "three")]
-        wait_until(lambda: all(store.read(i).state == "finished" for i in order[1:]), 400, interval=1.0, what="every queued run to finish")
+        wait_until(lambda: all(store.read(i).state == "finished" for i in order[1:]), 600, interval=1.0, what="every queued run to finish")
         assert store.read(ids["training"]).state == "stopped"
         states = [store.read(i) for i in order]
         for before, after in zip(states, states[1:]):

@@ -303,6 +303,32 @@ def test_a_job_id_that_is_not_digits_never_reaches_a_slurm_command(tmp_path, job
     assert Recording.calls == []
 
 
+def test_a_slurm_run_whose_submitter_died_before_sbatch_answered_is_settled_without_asking_slurm(tmp_path):
+    import subprocess
+    import sys
+
+    import psutil
+
+    from backend.runs import RunStore
+    from backend.slurm.executor import SlurmExecutor
+
+    store = RunStore(tmp_path / "runs")
+    state = store.create(name="x", preset="cpu-demo", model="demo", files={}, executor="slurm")
+
+    class Refusing:
+        def __getattr__(self, name):
+            raise AssertionError(f"Slurm asked: {name}")
+
+    executor = SlurmExecutor(store, client=Refusing())
+    assert executor.refresh(state).state == "starting"  # this process is still submitting it
+    gone = psutil.Popen([sys.executable, "-c", "pass"], stdout=subprocess.DEVNULL)
+    started = gone.create_time()
+    gone.wait(10)
+    orphan = store.update(state.id, starter_pid=gone.pid, starter_started=started)
+    settled = executor.refresh(orphan)
+    assert (settled.state, settled.stop_reason, settled.job_id) == ("failed", "reason.start_interrupted", "")
+
+
 def test_an_unknown_executor_in_a_state_file_is_this_machine(tmp_path):
     import json as json_module
 

@@ -56,6 +56,19 @@ RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SMALL_FILE_MAX_BYTES = 1024 * 1024
 
 
+_this_process: tuple[int, float] | None = None  # (pid, start time), looked up once per process
+
+
+def starter_fields() -> dict[str, Any]:
+    """RunState's starter fields naming this process (a run it is about to start)."""
+    global _this_process
+    if _this_process is None or _this_process[0] != os.getpid():  # a fork is another process
+        import psutil
+
+        _this_process = (os.getpid(), psutil.Process().create_time())
+    return {"starter_pid": _this_process[0], "starter_started": _this_process[1]}
+
+
 @dataclass(frozen=True)
 class RunState:
     id: str
@@ -100,6 +113,12 @@ class RunState:
     slurm_start: str = ""  # while pending: when Slurm expects to start it, if it says
     submitted_at: float | None = None
     stop_requested: bool = False
+    # While "starting" (no trainer yet): the process that is starting it, pid and start time.
+    # A start takes seconds (checks, a fork, a cold Popen) and other processes look meanwhile
+    # (a tab's tick, `app.py status`, another app): while this process lives the start is
+    # its to finish; once it is gone with no trainer recorded, the start was interrupted.
+    starter_pid: int | None = None
+    starter_started: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -119,6 +138,8 @@ class RunState:
         for name in ("job_id", "slurm_state", "slurm_reason", "slurm_nodes", "slurm_start"):
             if not isinstance(known.get(name, ""), str):
                 known[name] = ""
+        if not isinstance(known.get("starter_pid"), int) or isinstance(known.get("starter_pid"), bool) or not isinstance(known.get("starter_started"), (int, float)):
+            known["starter_pid"], known["starter_started"] = None, None
         if known.get("job_id") and not (known["job_id"].isascii() and known["job_id"].isdigit() and len(known["job_id"]) < 19):
             known["job_id"] = ""  # a job id is digits: anything else never reaches scancel
         return cls(**known)
@@ -207,6 +228,7 @@ class RunStore:
             executor=executor,
             state=state,
             queued_at=time.time() if state == "queued" else None,
+            **(starter_fields() if state == "starting" else {}),
         )
         staging = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         try:

@@ -222,6 +222,13 @@ def stop_tree(identity: ProcessIdentity, graceful_s: float = GRACEFUL_STOP_S, te
     return [p.pid for p in wait(2.0)]
 
 
+def starter_alive(state: RunState) -> bool:
+    """Whether the process that began starting this run still runs (pid and start time)."""
+    if state.starter_pid is None or state.starter_started is None:
+        return False
+    return ProcessIdentity(state.starter_pid, state.starter_started).process() is not None
+
+
 def derive_final_state(run_dir: Path) -> tuple[str, str]:
     """(state, reason) of a run whose trainer ended while nobody watched it."""
     finished = False
@@ -286,6 +293,12 @@ class Launcher:
                     start_new_session=True,  # survives the web server; never gets its Ctrl-C
                     close_fds=True,
                 )
+        except BaseException as error:
+            # No trainer: the run says so rather than stay "starting" (this process lives on,
+            # and a start of a live process is its own to finish: see refresh).
+            log.write(f"RocBoard: the trainer could not start: {error}\n".encode("utf-8", "replace"))
+            self.store.update(run_id, state="failed", stop_reason="reason.launch_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time(), starter_pid=None, starter_started=None)
+            raise
         finally:
             log.close()
         launch = "cold" if isinstance(process, subprocess.Popen) else "warm"
@@ -307,6 +320,8 @@ class Launcher:
             stop_reason="",
             stop_reason_params={},
             ended_at=None,
+            starter_pid=None,
+            starter_started=None,
         )
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
         return state
@@ -423,7 +438,14 @@ class Launcher:
         identity = self._identity(state)
         if identity is not None and identity.process() is not None:
             return state
-        final, reason = derive_final_state(self.store.run_dir(run_id))
+        if identity is None and state.state == "starting":
+            # No trainer yet: the process starting it (this one, a command line, another app)
+            # finishes the start while it lives; gone, it was interrupted halfway.
+            if starter_alive(state):
+                return state
+            final, reason = "failed", "reason.start_interrupted"
+        else:
+            final, reason = derive_final_state(self.store.run_dir(run_id))
         with self._lock:
             # Recorded once, for the trainer found gone: another thread (a stop, a tab's tick,
             # the decisions loop) may have recorded its end meanwhile, or a resume started a

@@ -25,7 +25,7 @@ from backend.config.placement import LocalPlacement, Placement, SlurmPlacement
 from backend.findings import Finding, has_problems
 from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.config.presets import HardwarePreset
-from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files
+from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files, starter_fields
 from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
@@ -299,7 +299,7 @@ class RunManager:
                         from backend.config.distributed import free_port
 
                         env["MASTER_PORT"] = str(free_port())  # free now, not when it was queued
-                    self.store.update(state.id, state="starting", queued_at=None)
+                    self.store.update(state.id, state="starting", queued_at=None, **starter_fields())
                     return self.launch(state.id, env)
                 except (OSError, ValueError, RunNotFound) as error:
                     log.warning("queued run %s could not start: %s", state.id, error)
@@ -326,7 +326,13 @@ class RunManager:
 
     def _after_local_end(self, run_id: str) -> None:
         """A trainer here ended: the next queued run starts (on a thread of its own: the end
-        may be seen while this manager's lock is held)."""
+        may be seen while this manager's lock is held) when this process keeps the queue.
+
+        A command line (`app.py stop`, `status`) sees ends too, but it exits in a moment: a
+        start begun on its thread would die with it half-made (a run left "starting", or a
+        trainer nobody recorded). The app's keeper starts the next one instead."""
+        if self._keeper is None or not self._keeper.is_alive():
+            return
         threading.Thread(target=self._advance_quietly, daemon=True, name="queue-next").start()
 
     def _advance_quietly(self) -> None:

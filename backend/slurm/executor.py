@@ -168,6 +168,8 @@ class SlurmExecutor:
             stop_reason_params={},
             started_at=None,
             ended_at=None,
+            starter_pid=None,
+            starter_started=None,
         )
         self.follow(state)
         return state, None
@@ -195,8 +197,10 @@ class SlurmExecutor:
     def refresh(self, state: RunState, ask_now: bool = False) -> RunState:
         """The run's state with what Slurm last said of its job recorded (`ask_now`: Slurm is
         asked on this thread first, as the command line does)."""
-        if state.executor != "slurm" or not state.active or not state.job_id:
+        if state.executor != "slurm" or not state.active:
             return state
+        if not state.job_id:
+            return self._settle_unsubmitted(state)
         self.follow(state)
         if ask_now:
             self.jobs.poll([state.job_id])
@@ -204,6 +208,19 @@ class SlurmExecutor:
         if info is None:
             return state
         return self._record(state.id, info)
+
+    def _settle_unsubmitted(self, state: RunState) -> RunState:
+        """A run with no job yet is being submitted by its starter (sbatch takes seconds); once
+        that process is gone with no job recorded, the submission was interrupted."""
+        from backend.runs.launcher import starter_alive
+
+        if state.state != "starting" or starter_alive(state):
+            return state
+        with self._lock:
+            current = self.store.read(state.id)
+            if current.state != "starting" or current.job_id or starter_alive(current):
+                return current
+            return self.store.update(state.id, state="failed", stop_reason="reason.start_interrupted", stop_reason_params={}, ended_at=time.time())
 
     def _record(self, run_id: str, info: JobInfo) -> RunState:
         with self._lock:
