@@ -132,6 +132,7 @@ def queue_handover(folder: Path, repeats: int) -> dict[str, Any]:
     from backend.service import demo_form
 
     board = _board(folder / "queue-runs")
+    board.keep_queue()  # as the app does: its ends hand over at once
     gaps = []
     first = board.start({**demo_form(), "run_name": "first", "max_steps": 30}, intent="first")
     previous = first.run.id
@@ -143,6 +144,7 @@ def queue_handover(folder: Path, repeats: int) -> dict[str, Any]:
         gaps.append(after.started_at - before.ended_at)
         previous = queued.run.id
     _wait_state(board, previous, lambda s: not s.active, "the last run to end", 300)
+    board.run_manager.stop_keeping_queue()
     return {"gap_s": spread(gaps)}
 
 
