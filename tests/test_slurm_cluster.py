@@ -83,7 +83,9 @@ def slurmstepd_of(job_id: str) -> list[psutil.Process]:
 
 
 def test_a_one_node_run_waits_runs_stops_and_resumes_as_a_new_job(board, slurm_cluster):
-    form = {**demo_form(), **SLURM, "run_name": "one-node", "max_steps": 60, "save_steps": 20}
+    # Long enough that Stop lands while it trains: the demo does up to ~65 steps a second here,
+    # and the stop is seen, sent and relayed within a second or two of the 25th point.
+    form = {**demo_form(), **SLURM, "run_name": "one-node", "max_steps": 600, "save_steps": 20}
     result = board.start(form)
     assert result.started, [(f.rule, f.problem) for f in result.findings]
     run = result.run
@@ -101,7 +103,9 @@ def test_a_one_node_run_waits_runs_stops_and_resumes_as_a_new_job(board, slurm_c
     stopped = wait_state(board, run.id, lambda s: not s.active, "the stopped job to end", 60)
     assert stopped.state == "stopped" and stopped.stop_reason == "reason.stopped_by_user"
     task = json.loads((run_dir / "nodes" / "0" / "task.json").read_text())
-    assert task["stopped"] is True and task["exit_code"] == 0  # LLaMA-Factory's stop-and-save, not a kill
+    last_step = max(p.step for p in board.snapshot(run.id).points)
+    assert task["stopped"] is True and task["exit_code"] == 0, (task, last_step)  # LLaMA-Factory's stop-and-save, not a kill
+    assert last_step < 600  # stopped while it trained
     assert (run_dir / "output" / "adapter_model.safetensors").is_file()
     assert processes_of(run_dir) == []
 
@@ -117,11 +121,11 @@ def test_a_one_node_run_waits_runs_stops_and_resumes_as_a_new_job(board, slurm_c
     resumed = board.resume(run.id)
     assert resumed.started, [(f.rule, f.problem) for f in resumed.findings]
     checkpoint = int(resumed.run.resumed_from.removeprefix("output/checkpoint-"))
-    assert resumed.run.job_id != first_job and checkpoint % 20 == 0 and 20 <= checkpoint < 60
+    assert resumed.run.job_id != first_job and checkpoint % 20 == 0 and 20 <= checkpoint < 600
     finished = wait_state(board, run.id, lambda s: not s.active, "the resumed job to finish")
     assert finished.state == "finished" and finished.attempts == 2 and finished.slurm_state == "COMPLETED"
     steps = sorted({p.step for p in board.snapshot(run.id).points})
-    assert steps == list(range(1, 61))
+    assert steps == list(range(1, 601))
     assert (run_dir / f"slurm-{first_job}.log").is_file() and (run_dir / f"slurm-{finished.job_id}.log").is_file()
     assert (run_dir / "attempts" / "1" / "state.json").is_file()  # the first job's state, archived
 
