@@ -105,6 +105,30 @@ def test_a_command_line_that_sees_a_run_end_leaves_the_queue_to_the_app(tmp_path
     assert board.store.read(waiting).state == "queued" and board.run_manager.queue.position(waiting) == 1
 
 
+def test_a_double_click_before_the_tabs_load_gave_it_an_intent_is_one_start(tmp_path, demo_assets):
+    """Start pressed the moment the page appears, on a busy machine: the tab's load has not yet
+    given its form an intent. Its two Starts are still one (the tab's session names them); a
+    queue would otherwise take the second as a run of its own."""
+    from types import SimpleNamespace
+
+    from ui.train_tab import start_intent
+
+    board = RocBoard(tmp_path / "runs")
+    tab, other_tab = SimpleNamespace(session_hash="abc123"), SimpleNamespace(session_hash="def456")
+    empty = {"editing": True, "run_id": None, "intent": ""}
+    assert start_intent(empty, tab) == "tab:abc123" and start_intent({**empty, "intent": "i-1"}, tab) == "i-1"
+    form = {**demo_form(), "max_steps": 1_000_000, "run_name": "once"}
+    first = board.start(form, intent=start_intent(empty, tab))
+    try:
+        second = board.start(form, intent=start_intent(empty, tab))
+        assert second.run.id == first.run.id and len(board.store.list()) == 1 and board.queued_runs() == []
+        elsewhere = board.start(form, intent=start_intent(empty, other_tab))  # another tab: its own run
+        assert elsewhere.queued
+        board.cancel_queued(elsewhere.run.id)
+    finally:
+        board.stop(first.run.id)
+
+
 def test_the_keeper_lock_says_whether_an_app_moves_the_queue_on(tmp_path):
     queue = RunQueue(RunStore(tmp_path / "runs"))
     assert not queue.keeper_alive()

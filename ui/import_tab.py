@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from ui.train_tab import ALL_FIELDS, TrainTab
+from ui.train_tab import ALL_FIELDS, TrainTab, start_intent
 from backend.i18n import translate
 from backend.service import RocBoard
 from backend.service.live import digest
@@ -78,12 +78,12 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         [import_findings, tabs, *train.open_outputs],
     )
 
-    def on_run(text: str, locale: str, mode: Any, *values: Any):
+    def on_run(text: str, locale: str, mode: Any, request: gr.Request, *values: Any):
         """Every key of the YAML, checked and started like the form's Start; the Train tab
         then shows the run (its settings, Other keys included, read-only). Two clicks sent
         with one page state (a double-click) are one Start: the intent names that state."""
         mode = mode if isinstance(mode, dict) else {}
-        intent = f"yaml:{mode.get('run_id')}:{mode.get('intent', '')}:{digest(text)}"
+        intent = f"yaml:{mode.get('run_id')}:{start_intent(mode, request)}:{digest(text)}"
         load, result = board.start_yaml(text, str(values[ALL_FIELDS.index("preset")]), dict(zip(ALL_FIELDS, values)), intent=intent)
         findings = list(load.findings) + (list(result.findings) if result is not None else [])
         if result is None or not result.started:

@@ -135,6 +135,17 @@ class TrainTab:
     dataset_pick: Any  # the datasets added on the Data tab, offered beside the dataset field
 
 
+def start_intent(mode_value: Any, request: gr.Request | None) -> str:
+    """The intent a Start carries: its form's, or, when the tab's load has not given it one
+    yet (Start pressed the moment the page appeared), the tab's own session: that tab has had
+    one form only, so its Starts so far are one Start."""
+    intent = str(mode_value.get("intent") or "") if isinstance(mode_value, dict) else ""
+    if intent:
+        return intent
+    session = getattr(request, "session_hash", None) if request is not None else None
+    return f"tab:{session}" if session else ""
+
+
 def new_intent() -> str:
     """A new form for a new run: its Starts are one (RunManager.start's `intent`)."""
     return secrets.token_hex(8)
@@ -407,8 +418,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         cannot be pressed again."""
         return view.starting_markdown(locale), gr.update(interactive=False)
 
-    def on_start(run_id, mode_value, locale, stop_on_nan_value, *values):
-        intent = str(mode_value.get("intent") or "") if isinstance(mode_value, dict) else ""
+    def on_start(run_id, mode_value, locale, stop_on_nan_value, request: gr.Request, *values):
+        intent = start_intent(mode_value, request)
         result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value), intent=intent)
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
