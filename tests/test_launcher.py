@@ -193,6 +193,29 @@ def test_a_trainer_that_cannot_start_leaves_a_failed_run_not_a_starting_one(tmp_
     assert "could not start" in (store.run_dir(run.id) / "train.log").read_text()
 
 
+def test_a_start_that_fails_before_the_trainer_leaves_a_failed_run_not_a_starting_one(tmp_path):
+    """What runs before the trainer (letting the chat server go) failing is a failed start too:
+    a run left "starting" behind this live process would hold the machine until it exits."""
+    from backend.service import RocBoard
+
+    board = RocBoard(tmp_path / "runs")
+    run = make_run(board.store)
+
+    def refuses() -> None:
+        raise RuntimeError("chat server would not stop")
+
+    board.run_manager.before_launch.insert(0, refuses)
+    try:
+        board.run_manager.launch(run.id, {}, command=[sys.executable, "-c", "pass"])
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the launch went on")
+    failed = board.store.read(run.id)
+    assert (failed.state, failed.stop_reason, failed.pid) == ("failed", "reason.launch_failed", None)
+    assert board.run_manager.active_run() is None
+
+
 def test_refresh_after_restart_settles_a_finished_run(tmp_path):
     store = RunStore(tmp_path / "runs")
     run = make_run(store)

@@ -294,10 +294,8 @@ class Launcher:
                     close_fds=True,
                 )
         except BaseException as error:
-            # No trainer: the run says so rather than stay "starting" (this process lives on,
-            # and a start of a live process is its own to finish: see refresh).
             log.write(f"RocBoard: the trainer could not start: {error}\n".encode("utf-8", "replace"))
-            self.store.update(run_id, state="failed", stop_reason="reason.launch_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time(), starter_pid=None, starter_started=None)
+            self.record_start_failed(run_id, error)
             raise
         finally:
             log.close()
@@ -325,6 +323,11 @@ class Launcher:
         )
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
         return state
+
+    def record_start_failed(self, run_id: str, error: BaseException) -> None:
+        """No trainer will come: the run says so rather than stay "starting" (this process
+        lives on, and a start of a live process is its own to finish: see refresh)."""
+        self.store.update(run_id, state="failed", stop_reason="reason.launch_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time(), starter_pid=None, starter_started=None)
 
     def _start_warm(self, run_dir: Path, env: dict[str, str], custom: bool) -> WarmChild | None:
         """The trainer forked from the LLaMA-Factory helper (same command, same environment,

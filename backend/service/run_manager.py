@@ -272,8 +272,12 @@ class RunManager:
     def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
         """Starts the trainer (or `command`, a stand-in in tests) of an existing run here, and
         watches it: telemetry samples it, the backend decides about it."""
-        for let_go in self.before_launch:
-            let_go()
+        try:
+            for let_go in self.before_launch:
+                let_go()
+        except BaseException as error:
+            self.launcher.record_start_failed(run_id, error)  # else "starting" while this process lives
+            raise
         state = self.launcher.start(run_id, env, command=command)
         self._watch(state)
         self.on_launch(run_id)
