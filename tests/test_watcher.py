@@ -5,7 +5,8 @@ ui/live.js, backend/service/live.py).
   something did; the same version the run panel carries (else the page would refresh
   forever); unknown or malformed run ids answered "gone", never looked up.
 - The route, on the real server: behind the guard (Host, Origin), GET/HEAD only, a bounded
-  query; plotly.js served gzipped and cacheable.
+  query of the page's own shape (any other, six repeated fields included, is a 400, never a
+  500); plotly.js served gzipped and cacheable.
 - In Chromium: a tab asks once a second while its run trains, stops when the run ends, and
   starts again when a run starts; with no live run it sends nothing.
 """
@@ -104,6 +105,65 @@ def test_the_route_answers_the_page_and_nobody_else(server):
     # The guard stands in front: another Host, another site.
     assert http_get(server.port, f"/rocboard/live?run={run_id}", headers={"Host": "evil.example"})[0] == 400
     assert http_get(server.port, f"/rocboard/live?run={run_id}", headers={"Origin": "http://evil.example"})[0] == 403
+
+
+RUN = "20260101-000000-x"
+
+
+def test_the_queries_the_page_sends_are_read():
+    from ui.live import parse_live_query
+
+    # What live.js's URLSearchParams makes: a tick, a tick before anything was drawn, the first question.
+    assert parse_live_query(f"run={RUN}&lang=zh-CN&drawn=0123456789abcdef".encode()) == {"run": RUN, "lang": "zh-CN", "drawn": "0123456789abcdef"}
+    assert parse_live_query(b"run=&lang=en&drawn=") == {"run": "", "lang": "en", "drawn": ""}
+    assert parse_live_query(b"first=1") == {"first": "1"} and parse_live_query(b"") == {}
+    assert parse_live_query(b"run=a%2Db") == {"run": "a-b"}  # percent-encoding is read
+    assert parse_live_query(b"run=a&run=a") is None
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "query",
+    [
+        "&".join(["run=" + RUN] * 6),  # more fields than parse_qs's max_num_fields: was a 500
+        "&".join(f"x{n}=1" for n in range(8)),
+        f"run={RUN}&run=other",  # which one would count?
+        f"run={RUN}&lang=en&drawn=&debug=1",  # a field the page never sends
+        "run=%C3%A9t%C3%A9",  # non-ASCII, percent-encoded
+        "run=%FF%FE",  # not UTF-8
+        "run=a%00b",  # NUL
+        "run=a%0Ab",  # a line break
+        "run=..%2F..%2Fetc",
+        "drawn=" + "a" * 300,  # under the 400-byte cap, longer than any version
+        "lang=" + "e" * 100,
+        "run",  # no "="
+        f"run={RUN};lang=en",
+        "first=yes",
+        "=1",
+    ],
+)
+def test_a_query_the_page_never_sends_is_a_400(server, query):
+    printed = len(server.output())
+    status, headers, body = http_get(server.port, f"/rocboard/live?{query}")
+    assert (status, headers["content-type"], body) == (400, "text/plain; charset=utf-8", b"Bad query: the page asks with run, lang, drawn or first, each at most once.\n")
+    # HEAD is answered the same, without the body; and the route still answers the page.
+    assert http_get(server.port, f"/rocboard/live?{query}", method="HEAD")[0] == 400
+    assert http_get(server.port, f"/rocboard/live?run={RUN}&lang=en&drawn=")[0] == 200
+    assert "Traceback" not in server.output()[printed:]
+
+
+@pytest.mark.hostile
+def test_a_raw_non_ascii_query_is_a_400(server):
+    import socket
+
+    printed = len(server.output())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as connection:
+        connection.sendall(b"GET /rocboard/live?run=\xc3\xa9&lang=en HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert "Traceback" not in server.output()[printed:]
 
 
 def test_plotly_is_served_gzipped_and_cached(server):

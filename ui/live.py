@@ -16,8 +16,9 @@ fallback) takes ~1.1 s on two cores, which was most of a cold page's wait for it
 chart. It is gzipped once, cached by the browser, and fetched as the page opens.
 
 The routes sit behind the Guard (ui/guard.py): Host, Origin and the login are checked
-before a request gets here. They answer GET and HEAD only, read a bounded query string, and
-never echo what they were sent.
+before a request gets here. They answer GET and HEAD only, read a bounded query string of
+the page's own shape (any other is a 400: `parse_live_query`), and never echo what they
+were sent.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from __future__ import annotations
 import gzip
 import html
 import json
+import re
 import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Awaitable, Callable
-from urllib.parse import parse_qs
+from urllib.parse import unquote
 
 from backend.i18n import LOCALES, pick_locale
 from backend.service import RocBoard
@@ -44,6 +46,42 @@ LIVE_PATH = "/rocboard/live"
 PLOTLY_PATH = "/rocboard/plotly.min.js"
 MAX_QUERY_BYTES = 400
 TICK_MS = 1000
+# What ui/live.js sends, each field at most once, and the shape of its value: a run id as the
+# run store makes them (or none), a language code, a version (version_key: hex), "1". A query
+# of any other shape (another field, a field twice, non-ASCII, a value too long) is a 400.
+LIVE_FIELDS: dict[str, re.Pattern[str]] = {
+    "run": re.compile(r"[A-Za-z0-9._-]{0,128}"),
+    "lang": re.compile(r"[A-Za-z-]{0,16}"),
+    "drawn": re.compile(r"[0-9a-f]{0,64}"),
+    "first": re.compile(r"1?"),
+}
+BAD_QUERY = b"Bad query: the page asks with run, lang, drawn or first, each at most once.\n"
+
+
+def parse_live_query(query: bytes) -> dict[str, str] | None:
+    """The fields of a watcher's question (`run=ID&lang=L&drawn=V`, `first=1`), or None when
+    the query is not one the page sends (see LIVE_FIELDS). Values are percent-decoded as
+    UTF-8; nothing else (no `+` for a space, no `;` between fields) is needed by the page."""
+    try:
+        text = query.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    fields: dict[str, str] = {}
+    if not text:
+        return fields
+    for part in text.split("&"):
+        name, equals, raw = part.partition("=")
+        shape = LIVE_FIELDS.get(name)
+        if not equals or shape is None or name in fields:
+            return None
+        try:
+            value = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        if not shape.fullmatch(value):
+            return None
+        fields[name] = value
+    return fields
 
 
 def plotly_version() -> str:
@@ -122,11 +160,14 @@ class LiveRoutes:
         if len(query) > MAX_QUERY_BYTES:
             await _answer(send, 414, b"Query too long.\n", "text/plain; charset=utf-8")
             return
-        params = parse_qs(query.decode("ascii", "replace"), max_num_fields=5)
-        run_id = (params.get("run") or [""])[0]
-        locale = (params.get("lang") or [""])[0]
-        drawn = (params.get("drawn") or [""])[0]
-        first = (params.get("first") or [""])[0] == "1"
+        params = parse_live_query(query)
+        if params is None:
+            await _answer(send, 400, b"" if head else BAD_QUERY, "text/plain; charset=utf-8", length=len(BAD_QUERY))
+            return
+        run_id = params.get("run", "")
+        locale = params.get("lang", "")
+        drawn = params.get("drawn", "")
+        first = params.get("first", "") == "1"
         if locale not in LOCALES:
             # The page's first question comes before it has picked its language: the
             # browser's, as the page's load event will pick it (a saved choice may differ;
@@ -188,4 +229,4 @@ def live_script() -> str:
     return f"<script>window.rocboardLiveSettings = {settings};\n{source}</script>"
 
 
-__all__ = ["LIVE_PATH", "PLOTLY_PATH", "LiveRoutes", "PlotlyScript", "live_script", "live_state_html"]
+__all__ = ["LIVE_FIELDS", "LIVE_PATH", "PLOTLY_PATH", "LiveRoutes", "PlotlyScript", "live_script", "live_state_html", "parse_live_query"]
