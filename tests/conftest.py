@@ -107,10 +107,17 @@ _left_behind: list[str] = []
 def _ours_started_since(since: float) -> list["psutil.Process"]:
     import psutil
 
+    # This session's: a descendant of this pytest, or an orphan (a trainer whose app a test
+    # killed is adopted by init). Another pytest on the same machine keeps its processes.
+    try:
+        descendants = {child.pid for child in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        descendants = set()
     found = []
-    for process in psutil.process_iter(["cmdline", "create_time"]):
+    for process in psutil.process_iter(["cmdline", "create_time", "ppid"]):
         cmdline = " ".join(process.info["cmdline"] or ())
-        if (process.info["create_time"] or 0) >= since and process.pid != os.getpid() and any(mark in cmdline for mark in _OURS):
+        mine = process.pid in descendants or process.info["ppid"] == 1
+        if mine and (process.info["create_time"] or 0) >= since and process.pid != os.getpid() and any(mark in cmdline for mark in _OURS):
             found.append(process)
     return found
 

@@ -12,6 +12,7 @@ import yaml
 
 from backend.config import parse_form, schema, to_llamafactory_args
 from backend.config.other_keys import USER_DEEPSPEED_FILE, parse_other_keys, read_deepspeed_file
+from backend.config.path_keys import ReadPlaces
 from backend.config.yaml_import import import_yaml
 from backend.service import RocBoard, demo_form
 from backend.service.pipeline import LlamaFactoryCheckCache
@@ -22,7 +23,7 @@ from backend.service.pipeline import LlamaFactoryCheckCache
 KEYS_THE_FORM_LACKS = {
     "simpo_gamma": 0.5,
     "kto_chosen_weight": 1.5,
-    "tokenized_path": "/data/tokenized",
+    "tokenized_path": "tokenized",  # inside the run: a path outside is refused (tests/test_path_keys.py)
     "double_quantization": True,
     "ray_num_workers": 2,
     "image_max_pixels": 262144,
@@ -33,7 +34,7 @@ KEYS_THE_FORM_LACKS = {
 
 @pytest.fixture
 def board(tmp_path):
-    return RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports", lf_cache=LlamaFactoryCheckCache(check=lambda args: []))
+    return RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports", lf_cache=LlamaFactoryCheckCache(check=lambda args: []), data_roots=[tmp_path])
 
 
 def form(**changes):
@@ -112,7 +113,7 @@ def deepspeed_json(tmp_path: Path, **zero) -> Path:
 
 def test_a_deepspeed_file_is_read_checked_shown_and_copied_into_the_run(board, tmp_path) -> None:
     path = deepspeed_json(tmp_path, offload_optimizer={"device": "cpu"})
-    found, findings = read_deepspeed_file(str(path))
+    found, findings = read_deepspeed_file(str(path), ReadPlaces.of([tmp_path]))
     assert findings == [] and (found.stage, found.offload_optimizer, found.offload_param) == (3, "cpu", "none")
     values = form(preset="mi300x", other_keys=f"deepspeed: {path}\nsimpo_gamma: 0.1\n")
     preview = board.preview(values, ask_llamafactory=False)
@@ -128,7 +129,10 @@ def test_a_deepspeed_file_is_read_checked_shown_and_copied_into_the_run(board, t
     ("content", "value", "message"),
     [
         (None, "ds.json", "deepspeed-file-relative"),
-        (None, "/no/such/ds.json", "deepspeed-file-bad"),
+        (None, "{tmp}/no/such/ds.json", "deepspeed-file-bad"),
+        # Outside the data roots: refused before it is opened (whether it exists is never told).
+        (None, "/no/such/ds.json", "path-key-reads-outside"),
+        (None, "/etc/passwd", "path-key-reads-outside"),
         ("{not json", None, "deepspeed-file-not-json"),
         ("[1, 2]", None, "deepspeed-file-not-json"),
         ('{"zero_optimization": {"stage": 7}}', None, "deepspeed-file-stage"),
@@ -141,7 +145,7 @@ def test_an_unusable_deepspeed_file_is_a_problem_naming_why(tmp_path, content, v
         path = tmp_path / "ds.json"
         path.write_text(content)
         value = str(path)
-    found, findings = read_deepspeed_file(value)
+    found, findings = read_deepspeed_file(value.replace("{tmp}", str(tmp_path)), ReadPlaces.of([tmp_path]))
     assert found is None and [f.message or f.rule for f in findings] == [message]
     assert findings[0].severity == "problem"
 
@@ -152,7 +156,7 @@ def test_a_fifo_named_as_the_deepspeed_file_does_not_hang_the_check(tmp_path) ->
 
     fifo = tmp_path / "ds.fifo"
     os.mkfifo(fifo)
-    found, findings = read_deepspeed_file(str(fifo))
+    found, findings = read_deepspeed_file(str(fifo), ReadPlaces.of([tmp_path]))
     assert found is None and findings and "regular" in findings[0].problem
 
 

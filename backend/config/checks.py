@@ -18,13 +18,15 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from backend.runs.artifacts import TOKENIZER_FILES
 from backend.config import NUMBER_RANGES, RunConfig, field_noun, range_finding, schema, shown
+from backend.config.path_keys import ReadPlaces, path_value_refusal
+from backend.config.paths import default_data_roots
 from backend.config.estimate import GIB, estimate_memory, read_model_config
 from backend.findings import Finding
 from backend.config.presets import HardwarePreset
@@ -54,11 +56,24 @@ def _quoted(value: Any) -> str:
 class _Context:
     """What the rules look at: the config, the preset, the machine's facts."""
 
-    def __init__(self, config: RunConfig, preset: HardwarePreset | None, offline: bool, bnb_available: Callable[[], bool]):
+    def __init__(
+        self,
+        config: RunConfig,
+        preset: HardwarePreset | None,
+        offline: bool,
+        bnb_available: Callable[[], bool],
+        read_roots: Sequence[Path] | None = None,
+    ):
         self.config = config
         self.preset = preset
         self.offline = offline
         self.bnb_available = bnb_available
+        self.read_roots = tuple(read_roots) if read_roots is not None else tuple(default_data_roots())
+
+    @property
+    def read_places(self) -> ReadPlaces:
+        """Where a key of Other keys may read from: the data roots and the model folder."""
+        return ReadPlaces.of(self.read_roots, self.model_dir)
 
     @property
     def use_cpu(self) -> bool:
@@ -775,6 +790,22 @@ def rule_memory(ctx: _Context) -> list[Finding]:
     ]
 
 
+def rule_path_keys(ctx: _Context) -> list[Finding]:
+    """Keys of Other keys that name a path (backend/config/path_keys.py): one that writes stays
+    inside the run, one that reads stays inside the data roots, the run and the model folder.
+    `deepspeed` is read by deepspeed_findings, under the same rule."""
+    findings: list[Finding] = []
+    places: ReadPlaces | None = None
+    for name, value in ctx.config.value("other_keys") or ():
+        if name == "deepspeed" or not isinstance(value, str):
+            continue
+        places = places or ctx.read_places
+        refusal = path_value_refusal(name, value, places)
+        if refusal is not None:
+            findings.append(Finding.of("other_keys", refusal.message, **refusal.params))
+    return findings
+
+
 RULES: tuple[Rule, ...] = (
     rule_run_name,
     rule_model_path,
@@ -790,6 +821,7 @@ RULES: tuple[Rule, ...] = (
     rule_flash_attn,
     rule_quantization,
     rule_memory,
+    rule_path_keys,
 )
 
 
@@ -804,11 +836,19 @@ def check_config(
     *,
     offline: bool = True,
     bnb_available: Callable[[], bool] | None = None,
+    read_roots: Sequence[Path] | None = None,
 ) -> list[Finding]:
-    """Every finding of every rule, problems first."""
-    ctx = _Context(config, preset, offline, bnb_available or bitsandbytes_installed)
+    """Every finding of every rule, problems first. `read_roots`: where a path in Other keys may
+    be read from besides the run and the model folder (default: the default data roots)."""
+    ctx = _Context(config, preset, offline, bnb_available or bitsandbytes_installed, read_roots)
     findings = [finding for rule in RULES for finding in rule(ctx)]
     return sorted(findings, key=lambda f: f.severity != "problem")
+
+
+def read_places(config: RunConfig, read_roots: Sequence[Path] | None = None) -> ReadPlaces:
+    """Where a key of `config`'s Other keys may read a file: `read_roots` (default: the default
+    data roots) and the config's model folder."""
+    return _Context(config, None, True, bitsandbytes_installed, read_roots).read_places
 
 
 def check_output_dir(runs_dir: Path) -> list[Finding]:
@@ -831,4 +871,4 @@ def check_output_dir(runs_dir: Path) -> list[Finding]:
     return []
 
 
-__all__ = ["RULES", "TRACKER_PACKAGES", "bitsandbytes_installed", "check_config", "check_output_dir", "known_templates", "tracker_installed"]
+__all__ = ["RULES", "TRACKER_PACKAGES", "bitsandbytes_installed", "check_config", "check_output_dir", "known_templates", "read_places", "tracker_installed"]

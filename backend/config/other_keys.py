@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from backend.config import schema
+from backend.config.path_keys import ReadPlaces, read_path_refusal
 from backend.config.paths import path_problem
 from backend.config.yaml_reader import load_yaml_text
 from backend.findings import Finding
@@ -70,7 +71,7 @@ def parse_other_keys(text: str, key: str = "other_keys") -> tuple[tuple[tuple[st
             else:
                 findings.append(Finding.of(key, "other-key-unknown", message="other-key-unknown-no-guess", name=shown))
         else:
-            finding = _typed_check(name, value, key)
+            finding = _typed_check(name, value, key) or _bound_check(name, value, key)
             if finding is not None:
                 findings.append(finding)
             else:
@@ -90,6 +91,28 @@ def _typed_check(name: str, value: Any, key: str) -> Finding | None:
         return None
     # Shown under the Other keys field, naming the key.
     return Finding.of(key, finding.rule, message=finding.message, severity=finding.severity, **(finding.params or {}))
+
+
+# Keys that start one process each: more than the machine's cores only thrash it (100,000
+# workers would exhaust its memory and process table before the first step).
+WORKER_KEYS = ("preprocessing_num_workers", "dataloader_num_workers")
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (a container's or cgroup's affinity, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _bound_check(name: str, value: Any, key: str) -> Finding | None:
+    """A typed value beyond what the machine can hold."""
+    if name in WORKER_KEYS and isinstance(value, int) and not isinstance(value, bool):
+        cores = machine_cores()
+        if value < 0 or value > cores:
+            return Finding.of(key, "other-key-workers", name=name, value=value, cores=cores)
+    return None
 
 
 def other_keys_text(pairs: Any) -> str:
@@ -123,9 +146,11 @@ class DeepSpeedFile:
         return Message("deepspeed.summary", path=self.path, stage=self.stage, optimizer=self.offload_optimizer, param=self.offload_param)
 
 
-def read_deepspeed_file(value: Any, key: str = "other_keys") -> tuple[DeepSpeedFile | None, list[Finding]]:
+def read_deepspeed_file(value: Any, places: ReadPlaces, key: str = "other_keys") -> tuple[DeepSpeedFile | None, list[Finding]]:
     """The file a `deepspeed:` key names, read (bounded, a regular file) and checked: JSON
-    that parses to an object, a ZeRO stage 0-3, offload devices DeepSpeed knows."""
+    that parses to an object, a ZeRO stage 0-3, offload devices DeepSpeed knows. A path outside
+    `places` (backend/config/path_keys.py) is refused before anything is opened: whether a file
+    there exists, or is JSON, is never told."""
     if not isinstance(value, str) or not value.strip():
         return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-path", value=str(value)[:200])]
     raw = value.strip()
@@ -136,6 +161,9 @@ def read_deepspeed_file(value: Any, key: str = "other_keys") -> tuple[DeepSpeedF
     if not path.is_absolute():
         # The trainer runs in the run's directory: a relative path would point into it.
         return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-relative", path=raw)]
+    refusal = read_path_refusal("deepspeed", raw, places)
+    if refusal is not None:
+        return None, [Finding.of(key, refusal.message, **refusal.params)]
     try:
         # O_NONBLOCK: a FIFO named here must not hang the check; only a regular file is read.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -174,14 +202,14 @@ def deepspeed_of(config: "RunConfig") -> Any:
     return dict(config.value("other_keys") or ()).get("deepspeed")
 
 
-def deepspeed_findings(config: "RunConfig", plan: "DistributedPlan | None", use_cpu: bool, key: str = "other_keys") -> list[Finding]:
+def deepspeed_findings(config: "RunConfig", plan: "DistributedPlan | None", use_cpu: bool, places: ReadPlaces, key: str = "other_keys") -> list[Finding]:
     """The file checked, and never two DeepSpeed configs for one run: the multi-GPU plan's
     ZeRO choice and a file in Other keys would silently disagree (which one wins depends on
     the order keys are written), so both at once is a problem."""
     value = deepspeed_of(config)
     if value is None:
         return []
-    found, findings = read_deepspeed_file(value, key)
+    found, findings = read_deepspeed_file(value, places, key)
     if use_cpu:
         findings.append(Finding.of(key, "deepspeed-on-cpu"))
     strategy = plan.strategy if plan is not None else "ddp"

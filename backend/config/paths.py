@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 PATH_MAX_BYTES = 4096  # Linux PATH_MAX
 NAME_MAX_BYTES = 255  # Linux NAME_MAX: one component of a path
@@ -25,3 +26,11 @@ def path_problem(raw: str) -> str:
     if longest > NAME_MAX_BYTES:
         return f"one of its names is {longest} bytes long; a file or folder name has at most {NAME_MAX_BYTES}"
     return ""
+
+
+def default_data_roots() -> list[Path]:
+    """Where a dataset may be registered by path, and a key of Other keys may read from, when
+    the app is given no --data-root: the user's home and the folder the app started in (the
+    demo's data is there)."""
+    roots = [Path.home(), Path.cwd()]
+    return [root for i, root in enumerate(roots) if root not in roots[:i]]

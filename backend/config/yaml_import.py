@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from backend.config import schema
-from backend.config.checks import check_config
+from backend.config.checks import check_config, read_places
 from backend.config import parse_form
 from backend.findings import Finding
 from backend.llama_factory.check import did_you_mean, static_names
@@ -360,8 +361,10 @@ def import_yaml(
     *,
     offline: bool = True,
     bnb_available: Callable[[], bool] | None = None,
+    read_roots: Sequence[Path] | None = None,
 ) -> ImportResult:
-    """Read a LLaMA-Factory training YAML into form values and findings (problems first)."""
+    """Read a LLaMA-Factory training YAML into form values and findings (problems first).
+    `read_roots`: where a path of its Other keys may be read (backend/config/path_keys.py)."""
     args, findings = load_yaml_text(text, max_bytes)
     if args is None:
         return ImportResult({}, findings, {})
@@ -378,7 +381,8 @@ def import_yaml(
     form_findings = [_form_only_choice(f, form_values_from_args(args)) for f in form_findings]
     from backend.config.other_keys import deepspeed_findings
 
-    checked = check_config(config, preset, offline=offline, bnb_available=bnb_available) + deepspeed_findings(config, None, use_cpu)
+    checked = check_config(config, preset, offline=offline, bnb_available=bnb_available, read_roots=read_roots)
+    checked += deepspeed_findings(config, None, use_cpu, read_places(config, read_roots))
     config_findings = [_in_yaml_terms(f) for f in form_findings + checked]
     # The YAML rules are the more specific: one finding per key, theirs first.
     flagged = {f.key for f in findings}
@@ -526,6 +530,7 @@ def fix_yaml_text(
     offline: bool = True,
     rounds: int = FIX_ROUNDS,
     bnb_available: Callable[[], bool] | None = None,
+    read_roots: Sequence[Path] | None = None,
 ) -> FixResult:
     """`text` with every mechanical fix applied, up to `rounds` rounds (each re-imports the
     text and applies what it finds), comments kept where the line patcher can.
@@ -533,7 +538,7 @@ def fix_yaml_text(
     Whatever is written parses (as llamafactory-cli reads it) to exactly
     `apply_fixes(args, findings)` of each round: a patched text that would not is replaced
     by `dump_yaml` of that mapping and `comments_kept` is False."""
-    original = import_yaml(text, preset, offline=offline, bnb_available=bnb_available)
+    original = import_yaml(text, preset, offline=offline, bnb_available=bnb_available, read_roots=read_roots)
     result, fixed, applied, kept = original, text, [], True
     if not original.args:
         return FixResult(text, original, [], True, original)
@@ -548,7 +553,7 @@ def fix_yaml_text(
             patched, kept = dump_yaml(target), False
         applied += result.fixable
         fixed = patched
-        result = import_yaml(fixed, preset, offline=offline, bnb_available=bnb_available)
+        result = import_yaml(fixed, preset, offline=offline, bnb_available=bnb_available, read_roots=read_roots)
     return FixResult(fixed, result, applied, kept, original)
 
 

@@ -79,12 +79,14 @@ class RocBoard:
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
         # The user's datasets: a folder of RocBoard's own under the runs directory.
-        self.data = DataDesk(self.store.root, data_roots if data_roots is not None else default_data_roots(), max_upload_bytes)
+        roots = list(data_roots) if data_roots is not None else default_data_roots()
+        self.data = DataDesk(self.store.root, roots, max_upload_bytes)
         # Downloads are served from a copy in the system temp dir: Gradio serves files the
         # app returns from there, and nothing else of the runs directory is ever exposed.
         self.export_dir = export_dir or Path(tempfile.mkdtemp(prefix="rocboard-exports-"))
         self.export_dir.mkdir(parents=True, exist_ok=True)
-        self.pipeline = ConfigPipeline(self.store.root, self.export_dir, presets_dir, lf_cache)
+        # Other keys may read a file where a dataset may be read from (backend/config/path_keys.py).
+        self.pipeline = ConfigPipeline(self.store.root, self.export_dir, presets_dir, lf_cache, read_roots=roots)
         self.monitors = Monitors(self.store)
         self.run_manager = RunManager(self.store, self.pipeline, self.monitors, sampler)
         self.decisions = RunDecisions(self.run_manager, self.monitors)

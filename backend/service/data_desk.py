@@ -21,6 +21,7 @@ from backend.data.registry import DatasetRegistry
 from backend.findings import Finding
 from backend.i18n import translate as t
 from backend.view import code_span, escape_markdown, findings_markdown
+from backend.config.paths import default_data_roots  # noqa: F401 (re-exported: the app and its tests name it here)
 
 NAME_MAX = 64
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -96,13 +97,6 @@ def suggest_name(original_name: str, taken: Sequence[str]) -> str:
         suffix = f"-{n}"
         name = base[: NAME_MAX - len(suffix)] + suffix
     return name
-
-
-def default_data_roots() -> list[Path]:
-    """Where a dataset may be registered by path when the app is given no --data-root: the
-    user's home and the folder the app started in (the demo's data is there)."""
-    roots = [Path.home(), Path.cwd()]
-    return [root for i, root in enumerate(roots) if root not in roots[:i]]
 
 
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024 * 1024

@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from backend.config import RunConfig, parse_form, schema, to_llamafactory_args
 from backend.config.placement import LocalPlacement, Placement
@@ -23,6 +23,7 @@ from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError,
 from backend.runs import CONFIG_FILE, OUTPUT_DIR
 
 if TYPE_CHECKING:
+    from backend.config.path_keys import ReadPlaces
     from backend.config.distributed import DistributedPlan
     from backend.config.estimate import MemoryEstimate
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
@@ -120,9 +121,21 @@ SHARED_LF_CACHE = LlamaFactoryCheckCache()
 class ConfigPipeline:
     """Parse, check, preview, estimate, import and export a form, on the loaded presets."""
 
-    def __init__(self, runs_root: Path, export_dir: Path, presets_dir: Path = PRESETS_DIR, lf_cache: LlamaFactoryCheckCache | None = None):
+    def __init__(
+        self,
+        runs_root: Path,
+        export_dir: Path,
+        presets_dir: Path = PRESETS_DIR,
+        lf_cache: LlamaFactoryCheckCache | None = None,
+        read_roots: Sequence[Path] | None = None,
+    ):
         self.runs_root = runs_root
         self.export_dir = export_dir
+        # Where a path of Other keys may be read from (besides the run and its model folder):
+        # the data roots, and the runs folder (an earlier run's adapter, say).
+        from backend.config.paths import default_data_roots
+
+        self.read_roots: tuple[Path, ...] = (*(read_roots if read_roots is not None else default_data_roots()), Path(runs_root))
         self.presets: dict[str, HardwarePreset]
         self.preset_errors: list[PresetLoadError]
         self.presets, self.preset_errors = load_presets(presets_dir)
@@ -157,7 +170,7 @@ class ConfigPipeline:
         findings += placement_findings
         from backend.config.other_keys import deepspeed_findings
 
-        findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu))
+        findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu), self.read_places(config))
         return config, findings, preset
 
     @staticmethod
@@ -168,7 +181,13 @@ class ConfigPipeline:
     def _check(self, config: RunConfig, preset: HardwarePreset | None) -> list[Finding]:
         from backend.config.checks import check_config, check_output_dir
 
-        return check_config(config, preset) + check_output_dir(self.runs_root)
+        return check_config(config, preset, read_roots=self.read_roots) + check_output_dir(self.runs_root)
+
+    def read_places(self, config: RunConfig) -> "ReadPlaces":
+        """Where a key of `config`'s Other keys may read a file (backend/config/path_keys.py)."""
+        from backend.config.checks import read_places
+
+        return read_places(config, self.read_roots)
 
     @staticmethod
     def placement_of(form: Mapping[str, Any], preset: HardwarePreset | None) -> tuple[Placement, list[Finding]]:
@@ -221,14 +240,13 @@ class ConfigPipeline:
             args.update(extra_args(plan))
         return args
 
-    @staticmethod
-    def deepspeed_file(config: RunConfig) -> Any:
+    def deepspeed_file(self, config: RunConfig) -> Any:
         """The user's DeepSpeed file named in Other keys, read and checked; None without one
         (or when it cannot be used: its findings say why)."""
         from backend.config.other_keys import deepspeed_of, read_deepspeed_file
 
         value = deepspeed_of(config)
-        return None if value is None else read_deepspeed_file(value)[0]
+        return None if value is None else read_deepspeed_file(value, self.read_places(config))[0]
 
     def llamafactory_findings(self, config: RunConfig, plan: DistributedPlan | None = None) -> list[Finding]:
         """LLaMA-Factory's own parser on the config: the last word on which keys and values
@@ -307,7 +325,7 @@ class ConfigPipeline:
         """Findings and form values of a pasted or uploaded LLaMA-Factory YAML."""
         from backend.config.yaml_import import import_yaml
 
-        return import_yaml(text or "", self.preset(preset_id))
+        return import_yaml(text or "", self.preset(preset_id), read_roots=self.read_roots)
 
     def fix_yaml(self, text: str, preset_id: str) -> FixResult:
         """The YAML with every mechanical fix applied (comments kept where they can be), and
@@ -315,7 +333,7 @@ class ConfigPipeline:
         Unpacks as `(fixed_text, result)`; `.comments_kept` says whether comments survived."""
         from backend.config.yaml_import import fix_yaml_text
 
-        return fix_yaml_text(text or "", self.preset(preset_id))
+        return fix_yaml_text(text or "", self.preset(preset_id), read_roots=self.read_roots)
 
     def load_into_form(self, text: str, preset_id: str, current: Mapping[str, Any]) -> FormLoad:
         """Every page field after loading the YAML over the form `current`: the YAML's values,
