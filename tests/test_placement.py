@@ -122,7 +122,8 @@ def test_a_bad_slurm_value_is_refused_with_its_fix(field, value, rule):
         ("qos=high", "sbatch-line-syntax"),
         ("-qos high", "sbatch-line-syntax"),
         ("#SBATCH", "sbatch-line-syntax"),
-        ("--mail-user=a@b.c\x1b[2J", "sbatch-option-value"),
+        ("--comment=a\x1b[2J", "sbatch-option-value"),
+        ("--mail-user=a@b.c\x1b[2J", "sbatch-option-refused"),  # mail options are not passed on at all
     ],
 )
 def test_an_extra_sbatch_line_outside_the_list_is_refused(line, rule):
@@ -138,9 +139,120 @@ def test_more_extra_lines_than_the_limit_are_refused_whole():
     assert options == () and rules(findings) == {"too-many-items"}
 
 
-def test_every_option_passed_on_has_a_one_word_name():
+def test_every_option_passed_on_has_a_one_word_name_and_an_example_that_passes():
+    from backend.config.placement import SBATCH_VALUE_EXAMPLES
+
     for name in SBATCH_EXTRA_OPTIONS:
-        assert parse_sbatch_lines(f"--{name}=x" if SBATCH_EXTRA_OPTIONS[name] != "none" else f"--{name}")[1] == []
+        line = f"--{name}" if SBATCH_EXTRA_OPTIONS[name] == "none" else f"--{name}={SBATCH_VALUE_EXAMPLES[name]}"
+        assert parse_sbatch_lines(line) == (((name, SBATCH_VALUE_EXAMPLES.get(name, "")),), []), line
+
+
+@pytest.mark.parametrize(
+    "line, option",
+    [
+        ("--nodelist=node[01-04],gpu7", ("nodelist", "node[01-04],gpu7")),
+        ("-w n1", ("nodelist", "n1")),
+        ("--nodelist=rack[1-2]-n[01-16,20]", ("nodelist", "rack[1-2]-n[01-16,20]")),
+        ("--exclude=n7,n9", ("exclude", "n7,n9")),
+        ("--exclude=gpu-[1,3,5-7].ib", ("exclude", "gpu-[1,3,5-7].ib")),
+        ("--qos=high", ("qos", "high")),
+        ("--reservation=maint,other", ("reservation", "maint,other")),
+        ("--wckey=proj_1", ("wckey", "proj_1")),
+        ("--constraint=[rack1|rack2]&mi300x", ("constraint", "[rack1|rack2]&mi300x")),
+        ("--constraint=(ib|roce)&gpu*2", ("constraint", "(ib|roce)&gpu*2")),
+        ("--exclusive", ("exclusive", "")),
+        ("--exclusive=user", ("exclusive", "user")),
+        ("--nice", ("nice", "")),
+        ("--nice=10", ("nice", "10")),
+        ("--nice -5", ("nice", "-5")),
+        ("--priority=TOP", ("priority", "TOP")),
+        ("--priority=100", ("priority", "100")),
+        ("--begin=now+1hour", ("begin", "now+1hour")),
+        ("--begin=now+60", ("begin", "now+60")),
+        ("--begin=16:00", ("begin", "16:00")),
+        ("--begin=2026-01-20T12:34:00", ("begin", "2026-01-20T12:34:00")),
+        ("--begin=tomorrow", ("begin", "tomorrow")),
+        ("--begin=01/20/26", ("begin", "01/20/26")),
+        ("--deadline=2026-02-01", ("deadline", "2026-02-01")),
+        ("--hint=nomultithread", ("hint", "nomultithread")),
+        ("--gres=gpu:mi300x:8", ("gres", "gpu:mi300x:8")),
+        ("--gres=gpu:8,nvme:1", ("gres", "gpu:8,nvme:1")),
+        ("--gpu-bind=closest", ("gpu-bind", "closest")),
+        ("--gpu-bind=verbose,map_gpu:0,1,2,3", ("gpu-bind", "verbose,map_gpu:0,1,2,3")),
+        ("--gpu-bind=mask_gpu:0x3,0xC", ("gpu-bind", "mask_gpu:0x3,0xC")),
+        ("--gpus-per-task=1", ("gpus-per-task", "1")),
+        ("--gpus-per-task=mi300x:2", ("gpus-per-task", "mi300x:2")),
+        ("--mem-per-gpu=64G", ("mem-per-gpu", "64G")),
+        ("--switches=1@01:00:00", ("switches", "1@01:00:00")),
+        ("--switches=2", ("switches", "2")),
+        ("--licenses=matlab:2,fluent", ("licenses", "matlab:2,fluent")),
+        ("--comment=nightly-sweep_3", ("comment", "nightly-sweep_3")),
+        ("--requeue", ("requeue", "")),
+        ("--no-requeue", ("no-requeue", "")),
+    ],
+)
+def test_each_option_passed_on_keeps_its_legitimate_values(line, option):
+    assert parse_sbatch_lines(line) == ((option,), [])
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        # sbatch reads a node list with a "/" in it from a file of that name on the submitting host.
+        ("--nodelist=/etc/hosts", "sbatch-option-file"),
+        ("-w ./nodes.txt", "sbatch-option-file"),
+        ("--exclude=/home/someone/.ssh/id_rsa", "sbatch-option-file"),
+        ("-x ../n", "sbatch-option-file"),
+        ("--nodelist=n1,/etc/passwd", "sbatch-option-file"),
+        ("--nodelist=node[01-04", "sbatch-option-shape"),
+        ("--nodelist=-n1", "sbatch-option-shape"),
+        ("--exclude=n1,,n2", "sbatch-option-shape"),
+        ("--nice=lots", "sbatch-option-shape"),
+        ("--nice=99999999999", "sbatch-option-shape"),
+        ("--priority=-1", "sbatch-option-shape"),
+        ("--begin=/etc/passwd", "sbatch-option-shape"),
+        ("--deadline=whenever", "sbatch-option-shape"),
+        ("--hint=fast", "sbatch-option-shape"),
+        ("--exclusive=everyone", "sbatch-option-shape"),
+        ("--gres=gpu:/dev/kfd", "sbatch-option-shape"),
+        ("--gpus-per-task=all", "sbatch-option-shape"),
+        ("--mem-per-gpu=lots", "sbatch-option-shape"),
+        ("--switches=1@forever", "sbatch-option-shape"),
+        ("--qos=a,b", "sbatch-option-shape"),
+        ("--reservation=/x", "sbatch-option-shape"),
+        ("--wckey=../x", "sbatch-option-shape"),
+        ("--licenses=x:y", "sbatch-option-shape"),
+        ("--gpu-bind=map_gpu:/x", "sbatch-option-shape"),
+        ("--constraint=a/b", "sbatch-option-shape"),
+        ("--comment=" + "a" * 257, "sbatch-option-value"),
+        # Mail: the cluster would mail any address a page user types, as the app's account.
+        ("--mail-user=me@example.com", "sbatch-option-mail"),
+        ("--mail-type=ALL", "sbatch-option-mail"),
+        ("#SBATCH --mail-user=someone@elsewhere.example", "sbatch-option-mail"),
+    ],
+)
+def test_an_extra_option_takes_only_values_of_its_own_shape(line, message):
+    options, findings = parse_sbatch_lines(f"--qos=normal\n{line}")
+    assert options == (("qos", "normal"),)  # the good line stays, the bad one is dropped
+    assert [(f.key, f.message or f.rule) for f in findings] == [("slurm_extra", message)]
+    option = "--" + {"-w": "nodelist", "-x": "exclude"}.get(line[:2], line.removeprefix("#SBATCH ").lstrip("-").partition("=")[0].partition(" ")[0])
+    finding = findings[0]
+    assert "line 2" in finding.problem and option in finding.problem and finding.fix and has_problems(findings)
+    problem, fix = finding.text("zh-CN")
+    assert option in problem and fix and f"check.{message}.fix" in CATALOGUE["zh-CN"]
+    placement, _ = parse_placement_form({**SLURM, "slurm_gpus_per_node": 1, "slurm_extra": f"--qos=normal\n{line}"})
+    assert sbatch_lines(placement, "run")[-1] == "#SBATCH --qos=normal"  # nothing of the refused line is written
+
+
+@pytest.mark.hostile
+def test_an_over_long_extra_line_is_refused_by_its_length():
+    from backend.config.placement import SBATCH_LINE_MAX_CHARS
+
+    line = "--constraint=" + "a&" * 400 + "a"
+    options, findings = parse_sbatch_lines(f"--qos=normal\n{line}")
+    assert options == (("qos", "normal"),) and [f.rule for f in findings] == ["sbatch-line-too-long"]
+    assert f"{len(line)}" in findings[0].problem and f"{SBATCH_LINE_MAX_CHARS}" in findings[0].problem
 
 
 def test_a_gpu_preset_on_slurm_must_ask_for_gpus_and_the_cpu_demo_for_none():

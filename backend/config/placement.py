@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Union
 
 from backend.config import field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, NotANumber, NumberTooLarge
 from backend.config import schema
@@ -70,8 +70,10 @@ _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
 
 # The extra #SBATCH options a user may add, by long name -> whether it takes a value
 # ("optional": `--exclusive` or `--exclusive=user`). Every other option is refused: the ones
-# RocBoard writes itself from the form (SBATCH_OWN_OPTIONS), and any that moves files or
-# runs something else (--output, --chdir, --wrap, --export, --uid, --container, --bb...).
+# RocBoard writes itself from the form (SBATCH_OWN_OPTIONS), Slurm's mail options
+# (SBATCH_MAIL_OPTIONS), and any that moves files or runs something else (--output, --chdir,
+# --wrap, --export, --uid, --container, --bb...). Each value is held to its option's own
+# shape (SBATCH_VALUE_SHAPES).
 SBATCH_EXTRA_OPTIONS: dict[str, str] = {
     "qos": "value",
     "constraint": "value",
@@ -79,8 +81,6 @@ SBATCH_EXTRA_OPTIONS: dict[str, str] = {
     "exclusive": "optional",
     "exclude": "value",
     "nodelist": "value",
-    "mail-type": "value",
-    "mail-user": "value",
     "comment": "value",
     "nice": "optional",
     "begin": "value",
@@ -97,6 +97,9 @@ SBATCH_EXTRA_OPTIONS: dict[str, str] = {
     "priority": "value",
     "deadline": "value",
 }
+# Refused with their own reason: the cluster would mail any address a page user types, from
+# the account RocBoard runs under (job names, nodes and states to anyone).
+SBATCH_MAIL_OPTIONS = frozenset({"mail-type", "mail-user"})
 # Options the form's own fields (and RocBoard) set: each is named with the field to use.
 SBATCH_OWN_OPTIONS: dict[str, str] = {
     "partition": "slurm_partition",
@@ -118,10 +121,101 @@ SBATCH_SHORT_OPTIONS: dict[str, str] = {
     "t": "time", "N": "nodes", "G": "gpus", "c": "cpus-per-task", "J": "job-name", "n": "ntasks",
     "o": "output", "e": "error", "D": "chdir", "i": "input",
 }  # fmt: skip
-# A value of an extra option: what constraint expressions, node lists, mail addresses and
-# times need, and nothing a shell or sbatch's own parser could take for more than one value.
+# A whole extra line, `#SBATCH` and all: the longest option name and a value of 256.
+SBATCH_LINE_MAX_CHARS = 300
+# Any value first: nothing a shell or sbatch's own parser could take for more than one value.
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+/%=\[\]()|&*!-]{1,256}$")
 _SBATCH_OPTION = re.compile(r"^(?:#SBATCH\s+)?(?P<dashes>--?)(?P<name>[A-Za-z][A-Za-z0-9-]*)(?:(?:=|\s+)(?P<value>\S.*))?$")
+
+# Then the shape of each option's value, as Slurm's own documentation writes them.
+_NAMES = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}(?:,[A-Za-z0-9][A-Za-z0-9_.+-]{0,63})*$")
+# A Slurm hostlist: names with bracketed ranges, comma-separated (`node[01-04,07],gpu7`).
+# Never a "/": sbatch reads a --nodelist / --exclude value holding one as a file's name.
+_HOST = r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:\[\d{1,9}(?:-\d{1,9})?(?:,\d{1,9}(?:-\d{1,9})?)*\][A-Za-z0-9_.-]*)*"
+_HOSTLIST = re.compile(rf"^{_HOST}(?:,{_HOST})*$")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|,\[\]()*!-]+$")
+# A time as sbatch's --begin and --deadline read it (Slurm's parse_time): words, dates, times
+# and `now+N[unit]`, joined by "-" or "T"; or `uts` and seconds since the epoch.
+_WHEN_PART = (
+    r"(?:today|tomorrow|midnight|noon|fika|teatime"
+    r"|now(?:[+-]\d{1,9}(?:seconds?|minutes?|hours?|days?|weeks?)?)?"
+    r"|\d{1,2}:\d{2}(?::\d{2})?(?:am|pm)?"
+    r"|\d{4}-\d{1,2}-\d{1,2}"
+    r"|\d{1,2}[/.]?\d{1,2}(?:[/.]?\d{2})?)"
+)
+_WHEN = re.compile(rf"(?i)^(?:uts\d{{7,12}}|{_WHEN_PART}(?:[-T]{_WHEN_PART})*)$")
+_GRES = re.compile(r"^(?:none|(?:[A-Za-z][A-Za-z0-9_-]*(?::[A-Za-z0-9_.-]+)?(?::\d{1,9}[KMGTkmgt]?)?)(?:,[A-Za-z][A-Za-z0-9_-]*(?::[A-Za-z0-9_.-]+)?(?::\d{1,9}[KMGTkmgt]?)?)*)$")
+_GPU_BIND = re.compile(
+    r"^(?:verbose,)?(?:closest|none|single:\d{1,4}|per_task:\d{1,4}"
+    r"|map_gpu:\d{1,3}(?:\*\d{1,4})?(?:,\d{1,3}(?:\*\d{1,4})?)*"
+    r"|mask_gpu:(?:0x)?[0-9A-Fa-f]{1,16}(?:\*\d{1,4})?(?:,(?:0x)?[0-9A-Fa-f]{1,16}(?:\*\d{1,4})?)*)$"
+)
+_GPUS_PER_TASK = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?\d{1,4}(?:,(?:[A-Za-z0-9_.-]+:)?\d{1,4})*$")
+_LICENSE = r"[A-Za-z0-9][A-Za-z0-9_.@-]*(?::\d{1,9})?"
+_LICENSES = re.compile(rf"^{_LICENSE}(?:[,|]{_LICENSE})*$")
+
+
+def _whole_in(low: int, high: int) -> Callable[[str], bool]:
+    def check(value: str) -> bool:
+        return re.fullmatch(r"-?\d{1,10}", value) is not None and low <= int(value) <= high
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[str], bool]:
+    return lambda value: value in choices
+
+
+def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda value: pattern.match(value) is not None
+
+
+def _memory(value: str) -> bool:
+    try:
+        parse_memory_mb(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _switches(value: str) -> bool:
+    """`count[@max-time]`: at most that many switches, waiting at most that long for them."""
+    count, at, wait = value.partition("@")
+    if not re.fullmatch(r"\d{1,4}", count):
+        return False
+    if not at:
+        return True
+    try:
+        return parse_time_limit(wait) is not None
+    except ValueError:
+        return False
+
+
+# option -> (is its value of the option's shape, an example shown in the fix).
+SBATCH_VALUE_SHAPES: dict[str, tuple[Callable[[str], bool], str]] = {
+    "qos": (_matches(_SLURM_NAME), "high"),
+    "wckey": (_matches(_SLURM_NAME), "proj1"),
+    "reservation": (_matches(_NAMES), "maint"),
+    "constraint": (_matches(_CONSTRAINT), "mi300x&ib"),
+    "exclusive": (_one_of("user", "mcs", "topo"), "user"),
+    "exclude": (_matches(_HOSTLIST), "node[05-06]"),
+    "nodelist": (_matches(_HOSTLIST), "node[01-04],gpu7"),
+    "comment": (_matches(_SBATCH_VALUE), "nightly-sweep"),
+    "nice": (_whole_in(-2147483645, 2147483645), "10"),
+    "priority": (lambda value: value.upper() == "TOP" or _whole_in(0, 4294967293)(value), "100"),
+    "begin": (_matches(_WHEN), "now+1hour"),
+    "deadline": (_matches(_WHEN), "now+2days"),
+    "hint": (_one_of("compute_bound", "memory_bound", "multithread", "nomultithread"), "nomultithread"),
+    "gres": (_matches(_GRES), "gpu:mi300x:8"),
+    "gpu-bind": (_matches(_GPU_BIND), "closest"),
+    "gpus-per-task": (_matches(_GPUS_PER_TASK), "1"),
+    "mem-per-gpu": (_memory, "64G"),
+    "switches": (_switches, "1@01:00:00"),
+    "licenses": (_matches(_LICENSES), "matlab:2"),
+}
+SBATCH_VALUE_EXAMPLES: dict[str, str] = {name: example for name, (_, example) in SBATCH_VALUE_SHAPES.items()}
+# The options whose value sbatch reads as a file's name when it holds a "/".
+_HOSTLIST_OPTIONS = frozenset({"nodelist", "exclude"})
 
 
 def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Finding]]:
@@ -134,6 +228,9 @@ def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Fin
     if len(lines) > SBATCH_EXTRA_MAX_LINES:
         return (), [Finding.of("slurm_extra", "too-many-items", field=field_noun("slurm_extra"), count=len(lines), limit=SBATCH_EXTRA_MAX_LINES)]
     for number, line in enumerate(lines, start=1):
+        if len(line) > SBATCH_LINE_MAX_CHARS:
+            findings.append(Finding.of("slurm_extra", "sbatch-line-too-long", number=number, length=len(line), limit=SBATCH_LINE_MAX_CHARS))
+            continue
         match = _SBATCH_OPTION.match(line)
         if match is None:
             findings.append(Finding.of("slurm_extra", "sbatch-line-syntax", number=number, line=shown(line, 80)))
@@ -148,6 +245,9 @@ def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Fin
         if name in SBATCH_OWN_OPTIONS:
             findings.append(Finding.of("slurm_extra", "sbatch-option-own", number=number, option=f"--{name}", field=field_noun(SBATCH_OWN_OPTIONS[name])))
             continue
+        if name in SBATCH_MAIL_OPTIONS:
+            findings.append(Finding.of("slurm_extra", "sbatch-option-refused", message="sbatch-option-mail", number=number, option=f"--{name}"))
+            continue
         takes = SBATCH_EXTRA_OPTIONS.get(name)
         if takes is None:
             findings.append(Finding.of("slurm_extra", "sbatch-option-refused", number=number, option=shown(f"--{name}", 60), allowed=", ".join(f"--{option}" for option in SBATCH_EXTRA_OPTIONS)))
@@ -158,6 +258,14 @@ def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Fin
         if value and not _SBATCH_VALUE.match(value):
             findings.append(Finding.of("slurm_extra", "sbatch-option-value", number=number, option=f"--{name}", value=shown(value, 60)))
             continue
+        if value and name in _HOSTLIST_OPTIONS and "/" in value:
+            findings.append(Finding.of("slurm_extra", "sbatch-option-value", message="sbatch-option-file", number=number, option=f"--{name}", value=shown(value, 60), example=SBATCH_VALUE_EXAMPLES[name]))
+            continue
+        if value:
+            fits, example = SBATCH_VALUE_SHAPES[name]
+            if not fits(value):
+                findings.append(Finding.of("slurm_extra", "sbatch-option-value", message="sbatch-option-shape", number=number, option=f"--{name}", value=shown(value, 60), example=example))
+                continue
         options.append((name, value))
     return tuple(options), findings
 
@@ -317,6 +425,10 @@ __all__ = [
     "LocalPlacement",
     "Placement",
     "SBATCH_EXTRA_OPTIONS",
+    "SBATCH_LINE_MAX_CHARS",
+    "SBATCH_MAIL_OPTIONS",
+    "SBATCH_VALUE_EXAMPLES",
+    "SBATCH_VALUE_SHAPES",
     "SlurmPlacement",
     "format_sbatch_lines",
     "parse_placement_form",
