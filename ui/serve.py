@@ -90,7 +90,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         metavar="DIR",
         help="a folder under which the Export tab may write merged models; repeatable "
-        "(default: your home folder and the folder the app started in)",
+        "(default: ~/rocboard-exports, made with mode 0700 by the first export). RocBoard's own "
+        "folder, its Python environment and the home's hidden folders are never written, whatever the root",
     )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     args = parser.parse_args(argv)
@@ -198,7 +199,7 @@ def own_host_names() -> list[str]:
 
 def serve_main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from backend.security import AuthError, bind_refusal, resolve_credentials, share_refusal
+    from backend.security import AuthError, bind_refusal, forget_login_env, resolve_credentials, share_refusal
     from ui.guard import normalize_host_name
 
     try:
@@ -206,6 +207,9 @@ def serve_main(argv: list[str]) -> int:
     except AuthError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        # Read once: gone from this process's environment before anything else starts.
+        forget_login_env()
     refusal = bind_refusal(args.host, credentials) or share_refusal(args.share, credentials)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import stat
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, MutableMapping
 
 AUTH_ENV = "ROCBOARD_AUTH"  # "user:password"
 AUTH_FILE_ENV = "ROCBOARD_AUTH_FILE"  # a file holding "user:password"
@@ -81,6 +81,45 @@ def resolve_credentials(auth: str | None, auth_file: str | None, env: Mapping[st
     if env.get(AUTH_ENV):
         return parse_credentials(env[AUTH_ENV], f"${AUTH_ENV}")
     return None
+
+
+def forget_login_env(env: MutableMapping[str, str] = os.environ) -> bool:
+    """Removes $ROCBOARD_AUTH and $ROCBOARD_AUTH_FILE from `env` once the login was read, so
+    that nothing started later finds them: a child that inherits the environment instead of
+    getting child_env's (a library's own child, such as Gradio's share tunnel), or code that
+    reads os.environ or getenv(). For the process's own environment, the value is also
+    masked in the block the process was started with, which Linux shows as
+    /proc/<pid>/environ whatever unsetenv() does. Whether that block was masked (best effort:
+    False where /proc/self/mem cannot be written, and when there was no $ROCBOARD_AUTH)."""
+    secret = env.pop(AUTH_ENV, None)
+    env.pop(AUTH_FILE_ENV, None)
+    if secret is None or env is not os.environ:
+        return False
+    return _mask_start_environ(f"{AUTH_ENV}=".encode())
+
+
+def _mask_start_environ(prefix: bytes) -> bool:
+    """Overwrites with "*" the value of each entry starting with `prefix` (`NAME=`) in this
+    process's start-up environment block (between env_start and env_end of /proc/self/stat,
+    proc(5) fields 50 and 51). The entry keeps its length and stays one NAME=VALUE string, so
+    a reader of the block (psutil stops at an empty entry) still sees every variable after it;
+    unsetenv() has already taken it out of libc's list, so nothing reads it there."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])
+        with open("/proc/self/mem", "r+b", buffering=0) as memory:
+            memory.seek(start)
+            block = memory.read(end - start)
+            offset = 0
+            for entry in block.split(b"\0"):
+                if entry.startswith(prefix) and len(entry) > len(prefix):
+                    memory.seek(start + offset + len(prefix))
+                    memory.write(b"*" * (len(entry) - len(prefix)))
+                offset += len(entry) + 1
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
 def is_loopback(host: str) -> bool:
