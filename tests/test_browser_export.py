@@ -1,6 +1,7 @@
 """The Export tab in headless Chromium: a trained demo run merged into its base model and written
 to a folder (GGUF too when llama.cpp's converter is installed), the merged model offered for
-download, an existing folder refused until the replace box is ticked, and a refusal in Chinese.
+download, an existing folder refused until the replace box is ticked (and, when it holds files
+no export wrote, until its name is typed), and a refusal in Chinese.
 
 One app server for the module, started with `--export-root` on a temporary folder and a copy
 of the session's trained demo run in its runs dir. Every word is looked up with `translate()`.
@@ -116,6 +117,14 @@ def test_a_refusal_in_chinese(app_server, page_of, export_root: Path) -> None:
     refused = wait_for_text(page, "#export-status", "taken")
     assert any("\u4e00" <= ch <= "\u9fff" for ch in refused), refused
     assert "已存在且不为空" in refused
+    assert (taken / "keep.txt").read_text() == "mine"
+    # keep.txt is no export's: the replace box alone is refused too, until the folder's name is
+    # typed in the confirmation box (the export is not started: keep.txt stays).
+    page.locator("#export-overwrite input").check()
+    wait_for_text(page, "#export-plan", "并非 RocBoard 导出所写")
+    fill(page, "export-confirm", "taken")
+    line = wait_for_text(page, "#export-plan", "项并非导出所写，将被删除")
+    assert str(taken) in line
     assert (taken / "keep.txt").read_text() == "mine"
     # Outside the export root: refused too, naming the root.
     fill(page, "export-dir", "/etc/rocboard-test")

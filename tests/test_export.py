@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -127,8 +128,9 @@ def test_size_comes_from_the_safetensors_header_not_the_tensors():
 
 @pytest.fixture(scope="module")
 def exported(trained_demo_run, tmp_path_factory):
-    """One real export (final adapter, GGUF f16) over an existing folder with overwrite ticked,
-    watched while it runs: (desk, progress, target, old folder seen while running)."""
+    """One real export (final adapter, GGUF f16) over an existing folder holding a file no export
+    wrote, with overwrite ticked and the folder's name typed, watched while it runs: (desk,
+    progress, target, old folder seen while running)."""
     tmp_path = tmp_path_factory.mktemp("export")
     store, run_id = run_copy(trained_demo_run, tmp_path)
     root = tmp_path / "exports"
@@ -137,7 +139,12 @@ def exported(trained_demo_run, tmp_path_factory):
     (target / "old-marker.txt").write_text("the previous export")
     desk = ExportDesk(store, [root], export_dir=tmp_path / "downloads")
     has_converter = gguf_convert.find_converter() is not None
-    request = ExportRequest(run_id, str(target), gguf="f16" if has_converter else "none", overwrite=True)
+    gguf = "f16" if has_converter else "none"
+    # Overwrite alone does not replace a file no export wrote: its name must be typed.
+    refusal = desk.start(ExportRequest(run_id, str(target), gguf=gguf, overwrite=True))
+    assert not refusal.started and [f.rule for f in refusal.findings] == ["export-dir-foreign"]
+    assert sorted(os.listdir(target)) == ["old-marker.txt"]
+    request = ExportRequest(run_id, str(target), gguf=gguf, overwrite=True, confirm="merged")
     assert "Size needed" in desk.plan_markdown(request)
     answer = desk.start(request)
     assert answer.started, answer.findings
@@ -160,6 +167,12 @@ def test_export_writes_safetensors_tokenizer_modelfile_and_replaces_only_at_the_
     assert "model.safetensors" in names and "config.json" in names
     assert {"tokenizer.json", "tokenizer_config.json", "Modelfile"} <= names
     assert "old-marker.txt" not in names and not (target / "old-marker.txt").exists()
+    # What the export wrote is recorded beside it (not shown, not zipped): the next export may
+    # replace it with the replace box alone.
+    from backend.export.merge import MANIFEST_NAME, foreign_entries, read_manifest
+
+    assert read_manifest(target) == dict(progress.result.files) and MANIFEST_NAME not in names
+    assert foreign_entries(target) == ()
     assert old_kept, "the old folder disappeared before the new export was complete"
     assert {"loading", "saving"} <= seen_phases, seen_phases
     modelfile = (target / "Modelfile").read_text()
@@ -222,7 +235,33 @@ def test_cli_export_with_q8_0_end_to_end(trained_demo_run, tmp_path):
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "exists and is not empty" in again.stderr
     assert (target / "model-q8_0.gguf").is_file()
+    # With it the folder may go: all of it is what the export wrote. A file added since is not:
+    # then only --confirm-replace with its name.
+    plan, findings = plan_export(store, ExportRequest(run_id, str(target), overwrite=True), None)
+    assert plan is not None and findings == [] and plan.replaces and plan.foreign == ()
+    (target / "README.md").write_text("my notes")
+    again = subprocess.run([*command, "--overwrite"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "no RocBoard export wrote (README.md; 1 in all)" in again.stderr and "--confirm-replace model" in again.stderr
+    assert (target / "README.md").read_text() == "my notes"
     assert_nothing_left(target)
+
+
+def test_the_first_export_to_the_default_root_makes_it_private(trained_demo_run, tmp_path, monkeypatch, capsys):
+    """`app.py export RUN --to ~/rocboard-exports/NAME` (a temporary HOME): the root is made,
+    0700, by the export and not before; nothing else in the home is touched."""
+    from backend.export import cli
+
+    store, run_id = run_copy(trained_demo_run, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    root = home / "rocboard-exports"
+    assert cli.main([run_id, "--to", "~/rocboard-exports/demo/model", "--runs-dir", str(store.root)]) == 0, capsys.readouterr().err[-3000:]
+    assert capsys.readouterr().out.strip() == str(root / "demo" / "model")
+    for folder in (root, root / "demo"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, oct(os.stat(folder).st_mode)
+    assert (root / "demo" / "model" / "model.safetensors").is_file()
+    assert_nothing_left(root / "demo" / "model")
 
 
 def test_cli_reports_a_failure_with_exit_1(trained_demo_run, tmp_path):
@@ -287,8 +326,14 @@ def test_an_existing_folder_is_refused_without_overwrite(trained_demo_run, tmp_p
     desk = ExportDesk(store, [tmp_path / "exports"], export_dir=None)
     assert refused(desk, ExportRequest(run_id, str(target))) == ["export-dir-exists"]
     assert (target / "keep.txt").read_text() == "mine"
-    # With overwrite the plan says the folder is replaced at the end.
-    assert "replaced once the new export is complete" in desk.plan_markdown(ExportRequest(run_id, str(target), overwrite=True))
+    # keep.txt is no export's: overwrite alone is refused, naming it; with the folder's name
+    # typed the plan says the folder (and keep.txt) is replaced at the end.
+    assert refused(desk, ExportRequest(run_id, str(target), overwrite=True)) == ["export-dir-foreign"]
+    line = desk.plan_markdown(ExportRequest(run_id, str(target), overwrite=True))
+    assert "keep" in line and "`--confirm-replace taken`" in line, line
+    line = desk.plan_markdown(ExportRequest(run_id, str(target), overwrite=True, confirm="taken"))
+    assert "replaced once the new export is complete" in line and "1 of its entries were not written by an export" in line
+    assert sorted(os.listdir(target)) == ["keep.txt"]
 
 
 def test_targets_outside_the_roots_links_and_roots_are_refused(trained_demo_run, tmp_path):

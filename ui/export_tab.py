@@ -64,6 +64,7 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
                 )
             gguf_note = texts.value(gr.Markdown(texts("export.gguf_missing"), visible=not has_converter, elem_id="export-gguf-missing"), "export.gguf_missing")
             overwrite_box = texts.label(gr.Checkbox(value=False, label=texts("export.overwrite"), elem_id="export-overwrite"), "export.overwrite")
+            confirm_box = texts.label(gr.Textbox(value="", label=texts("export.confirm"), elem_id="export-confirm", max_length=255), "export.confirm")
             plan_line = gr.Markdown("", elem_id="export-plan")
             with gr.Row():
                 start_button = texts.value(gr.Button(texts("export.start"), variant="primary", elem_id="export-start"), "export.start")
@@ -74,27 +75,29 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
             download = gr.File(label=texts("export.download"), visible=False, interactive=False, elem_id="export-download")
             texts.label(download, "export.download")
 
-    inputs = [run_box, target_box, checkpoint_box, shard_box, device_box, gguf_box, overwrite_box]
+    inputs = [run_box, target_box, checkpoint_box, shard_box, device_box, gguf_box, overwrite_box, confirm_box]
 
-    def plan(run_id, target, checkpoint, shard, device, gguf, overwrite, locale):
-        return desk.plan_markdown(desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite), locale)
+    def plan(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm, locale):
+        return desk.plan_markdown(desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm), locale)
 
     for widget in inputs:
         widget.change(plan, [*inputs, locale_state], plan_line, show_progress="hidden", trigger_mode="always_last")
 
     def on_run(run_id, locale):
-        return gr.update(choices=checkpoint_choices(board, run_id, locale), value=""), gr.update(value=desk.default_target(run_id))
+        return gr.update(choices=checkpoint_choices(board, run_id, locale), value=""), gr.update(value=desk.default_target(run_id)), ""
 
-    run_box.input(on_run, [run_box, locale_state], [checkpoint_box, target_box], show_progress="hidden")
+    run_box.input(on_run, [run_box, locale_state], [checkpoint_box, target_box, confirm_box], show_progress="hidden")
+    # A typed confirmation is for the folder it was typed for: another folder clears it.
+    target_box.input(lambda: "", None, confirm_box, show_progress="hidden", queue=False)
 
     def shown_download():
         path = desk.download()
         return gr.update(value=str(path), visible=True) if path is not None else gr.update(value=None, visible=False)
 
-    def on_start(run_id, target, checkpoint, shard, device, gguf, overwrite, locale):
+    def on_start(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm, locale):
         from backend.view import findings_markdown
 
-        answer = desk.start(desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite))
+        answer = desk.start(desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm))
         if not answer.started:
             yield findings_markdown(list(answer.findings), locale), gr.update(value=None, visible=False)
             return

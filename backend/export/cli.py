@@ -1,15 +1,19 @@
 """python app.py export RUN_ID --to DIR [--gguf f16|q8_0] [--checkpoint N] [--shard-gb N]
-[--device cpu|auto] [--overwrite] [--runs-dir DIR]
+[--device cpu|auto] [--overwrite] [--confirm-replace NAME] [--runs-dir DIR]
 
 Merges a run's adapter into its base model, as the Export tab does, for scripts. Progress lines
 go to stderr, the result folder to stdout. Exit status: 0 done, 2 refused (the finding, in
 English, on stderr), 1 failed (the export's finding), 130 interrupted (nothing kept).
 
-The folder may be anywhere: the command line's user is the machine's own, who may write where
-they like without RocBoard (no --export-root here). What the page's rules keep still holds: a
-full path, no link as the folder, never a root, the base model's or the runs folder, no
-existing non-empty folder replaced without --overwrite, and the old one replaced only once the
-new export is complete.
+The folder may be anywhere the page's rules allow outside its roots: the command line's user
+is the machine's own, who may write where they like without RocBoard (no --export-root here).
+Everything else is the page's own check (backend/export/merge.py::check_target, called by both):
+a full path; no link as the folder, nor on the way below the home or an export root; never `/`,
+the home, the base model's, the run's or the runs folder, RocBoard's own folder, its Python
+environment or a hidden folder of the home (no flag unlocks these); an existing non-empty
+folder replaced only with --overwrite, and one holding files no export wrote only with
+--confirm-replace NAME (its name; implies --overwrite); the old one replaced only once the new
+export is complete.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", type=int, default=None, metavar="N", help="merge checkpoint-N instead of the final adapter")
     parser.add_argument("--shard-gb", type=int, default=5, metavar="N", help=f"largest safetensors shard in GB ({SHARD_GB_RANGE[0]}..{SHARD_GB_RANGE[1]}, default 5)")
     parser.add_argument("--device", choices=DEVICES, default="cpu", help="merge on the cpu (default) or auto (a GPU when there is one)")
-    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists and is not empty")
+    parser.add_argument("--overwrite", action="store_true", help="replace DIR if it exists and holds an earlier export")
+    parser.add_argument(
+        "--confirm-replace",
+        default="",
+        metavar="NAME",
+        help="replace DIR though it holds files no export wrote (they are deleted): NAME is DIR's own name; implies --overwrite",
+    )
     parser.add_argument("--runs-dir", default="runs", help="where runs are kept (default runs)")
     return parser.parse_args(argv)
 
@@ -47,6 +57,7 @@ def main(argv: list[str]) -> int:
         device=args.device,
         gguf=args.gguf or "none",
         overwrite=args.overwrite,
+        confirm=args.confirm_replace,
     )
     store = RunStore(Path(args.runs_dir))
     plan, findings = plan_export(store, request, None)

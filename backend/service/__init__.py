@@ -39,6 +39,7 @@ from backend.service.doctor_cache import DoctorCache
 from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
 from backend.service.chat_desk import ChatDesk
 from backend.service.evaluation_desk import EvaluationDesk
+from backend.export.merge import default_export_roots
 from backend.service.export_desk import ExportDesk
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
@@ -97,7 +98,8 @@ class RocBoard:
         self.chat = ChatDesk(self.store, self.run_manager, export_dir=self.export_dir)
         self.run_manager.before_launch.append(self.chat.stop_all)
         self.evaluations = EvaluationDesk(self.store, self.run_manager, self.pipeline, self.data)
-        self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_data_roots(), export_dir=self.export_dir)
+        # Exports write under their own folder, ~/rocboard-exports, unless --export-root names others.
+        self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
         self.helper = None
         if warm_helper:
             self.start_helper()

@@ -21,6 +21,7 @@ from backend.export.merge import (
     ExportJob,
     ExportProgress,
     ExportRequest,
+    default_export_root,
     exportable_runs,
     plan_export,
     size_text,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from backend.runs import RunStore
 
 CLOSE_WAIT_S = 30.0
-DEFAULT_FOLDER = "rocboard-exports"
 PHASES = ("config", "loading", "merging", "saving", "gguf", "finishing", "done", "failed", "cancelled")
 
 
@@ -65,16 +65,20 @@ class ExportDesk:
             return []
 
     def default_target(self, run_id: str | None) -> str:
-        roots = self.roots or [Path.home()]
-        home = Path.home()
-        base = home if any(root == home for root in roots) else roots[0]
-        return str(base / DEFAULT_FOLDER / (run_id or "model"))
+        """The run's own folder in the default export root (~/rocboard-exports), or in the first
+        --export-root when that one is not allowed."""
+        default = default_export_root()
+        roots = self.roots or [default]
+        base = default if default in roots else roots[0]
+        return str(base / (run_id or "model"))
 
     @staticmethod
     def converter() -> Path | None:
         return gguf_tools.find_converter()
 
-    def request(self, run_id: str | None, target: str | None, checkpoint: str | None, shard_gb: object, device: str | None, gguf: str | None, overwrite: bool) -> ExportRequest:
+    def request(
+        self, run_id: str | None, target: str | None, checkpoint: str | None, shard_gb: object, device: str | None, gguf: str | None, overwrite: bool, confirm: str | None = ""
+    ) -> ExportRequest:
         try:
             shard = int(float(shard_gb))  # a Number widget hands floats
         except (TypeError, ValueError):
@@ -87,6 +91,7 @@ class ExportDesk:
             device=device if device in DEVICES else str(device),
             gguf=gguf if gguf in GGUF_CHOICES else str(gguf or "none"),
             overwrite=bool(overwrite),
+            confirm=str(confirm or "")[:255],
         )
 
     # --- before starting --------------------------------------------------------------------
@@ -112,7 +117,9 @@ class ExportDesk:
         )
         if plan.needed_ram:
             line += " " + render_message("export.plan_ram", {"needed": size_text(plan.needed_ram), "free": size_text(plan.available_ram)}, locale)
-        if plan.replaces:
+        if plan.replaces and plan.foreign:
+            line += " " + render_message("export.plan_replaces_foreign", {"path": str(plan.target), "count": len(plan.foreign)}, locale)
+        elif plan.replaces:
             line += " " + render_message("export.plan_replaces", {"path": str(plan.target)}, locale)
         return line + ("\n\n" + findings_markdown(findings, locale) if findings else "")
 
