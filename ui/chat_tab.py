@@ -79,8 +79,11 @@ def build_chat_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         if not run_id:
             yield chat_view.status_markdown(desk.status(), locale), gr.update(), gr.update(active=False), [], []
             return
+        status = None
         for status in desk.load(run_id, checkpoint or None, side_by_side=bool(side)):
             yield chat_view.status_markdown(status, locale), side_visible(status), gr.update(active=status.state in ("loading", "ready")), gr.update(), gr.update()
+        if status is not None and status.state == "refused":
+            return  # the refusal stays on the status line (not another tab's load progress), the conversations too
         yield chat_view.status_markdown(desk.status(), locale), side_visible(desk.status()), gr.update(), [], []
 
     load_button.click(load, [run_box, checkpoint_box, side_box, locale_state], [status_box, base_column, memory_timer, adapter_chat, base_chat], show_progress="minimal")

@@ -7,14 +7,23 @@ in a child process each (backend/chat/server.py); they stop when the user unload
 question came for `idle_stop_s`, when a trainer is about to start (RunManager.before_launch),
 and with the app (close). A server that dies is noticed and forgotten.
 
-Everything that can be refused is refused before a process starts, as findings."""
+Everything that can be refused is refused before a process starts, as findings; so is a load
+while another load is in progress (chat-load-busy).
+
+No lock is held across a `yield`: Gradio resumes a generator handler on whichever worker
+thread is free (and never resumes one whose tab went away), so a lock taken before a yield
+would be let go on another thread ("cannot release un-acquired lock") or never, and every
+later Unload, question, trainer start (RunManager.before_launch) and shutdown would wait on
+it forever. The desk's state changes in short critical sections; a load's progress is
+followed by a thread of the desk's own (`_follow`), and the load's generator only reports it
+(tests/test_no_lock_across_yield.py, tests/test_chat_concurrency.py)."""
 
 from __future__ import annotations
 
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -84,6 +93,7 @@ class _Session:
     load_s: float | None = None
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
+    ended: ChatStatus | None = None  # how it ended (stopped, failed, died, ...), once it has
 
 
 class ChatDesk:
@@ -92,7 +102,7 @@ class ChatDesk:
         self.run_manager = run_manager
         self.export_dir = export_dir
         self.idle_stop_s = float(idle_stop_s)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held briefly, never across a yield (module docstring)
         self._session: _Session | None = None
         self._last = ChatStatus()  # what the page shows when no session is there
         self._sampler_lent = False
@@ -169,18 +179,21 @@ class ChatDesk:
     def status(self) -> ChatStatus:
         with self._lock:
             session = self._session
-            if session is None:
-                return self._last
-            now = time.monotonic()
-            return ChatStatus(
-                state=session.state,
-                run_id=session.run_id,
-                checkpoint=session.checkpoint,
-                mode=session.mode,
-                stages={which: server.stage() for which, server in session.servers.items()},
-                elapsed_s=now - session.started_at,
-                load_s=session.load_s,
-            )
+            return self._last if session is None else self._status_of(session)
+
+    def _status_of(self, session: _Session) -> ChatStatus:
+        """The session's status (under the lock): how it ended, once it has."""
+        if session.ended is not None:
+            return session.ended
+        return ChatStatus(
+            state=session.state,
+            run_id=session.run_id,
+            checkpoint=session.checkpoint,
+            mode=session.mode,
+            stages={which: server.stage() for which, server in session.servers.items()},
+            elapsed_s=time.monotonic() - session.started_at,
+            load_s=session.load_s,
+        )
 
     def load(
         self,
@@ -190,35 +203,67 @@ class ChatDesk:
         base_only: bool = False,
         timeout_s: float = LOAD_TIMEOUT_S,
     ) -> Iterator[ChatStatus]:
-        """Starts the servers and yields the load's progress until ready, failed or refused
-        (the last status says which). Whatever was loaded before is stopped first."""
+        """Starts the servers and yields the load's progress until ready, failed, stopped or
+        refused (the last status says which). Whatever was loaded before is stopped first.
+
+        A load while another is still loading (a second tab, a double click) is refused at
+        once with chat-load-busy, naming the run being loaded: it neither waits for that load
+        nor stops it. Superseding it instead would kill servers that are half loaded each time
+        someone presses Load (eight tabs: eight server starts, seven of them thrown away, and
+        the GPU memory of each to be given back), and the first tab's load would end as
+        "stopped" for no reason that tab could see. Once the first is ready, a Load replaces it
+        as before."""
         checkpoint = checkpoint or ""
         mode: ChatMode = "base" if base_only else ("side_by_side" if side_by_side else "adapter")
         findings = self.refusals(run_id, checkpoint, mode)
-        if findings:
+        session = None
+        if not findings:
+            session, findings = self._claim(run_id, checkpoint, mode, timeout_s)
+        if session is None:
             refused = ChatStatus(state="refused", run_id=run_id, checkpoint=checkpoint, mode=mode, findings=tuple(findings))
             with self._lock:
                 if self._session is None:
                     self._last = refused
             yield refused
             return
-        session = self._start(run_id, checkpoint, mode)
-        yield self.status()
-        deadline = time.monotonic() + timeout_s
         while True:
-            time.sleep(LOAD_POLL_S)
             with self._lock:
-                if self._session is not session:  # unloaded, stopped or replaced meanwhile
-                    current = self.status()
-                    yield current if current.state != "unloaded" else replace(current, state="stopped", run_id=run_id)
-                    return
+                status = self._status_of(session)
+            yield status
+            if status.state != "loading":
+                return
+            time.sleep(LOAD_POLL_S)
+
+    def _claim(self, run_id: str, checkpoint: str, mode: ChatMode, timeout_s: float) -> tuple[_Session | None, list[Finding]]:
+        """Starts the session's servers, or says why not (another load in progress, a trainer
+        started meanwhile). One critical section: two loads at once cannot both start."""
+        with self._lock:
+            current = self._session
+            if current is not None and current.state == "loading":
+                return None, [Finding.of("run", "chat-load-busy", run_id=current.run_id)]
+            # Asked again inside the lock: a trainer's start records its run ("starting") before
+            # RunManager.before_launch asks this desk to let go (stop_all, this lock), so either
+            # this load is seen and stopped by it, or its run is seen here.
+            active = self._active_run()
+            if active is not None:
+                return None, [Finding.of("run", "chat-gpu-busy", run_id=active.id)]
+            session = self._start(run_id, checkpoint, mode)
+        threading.Thread(target=self._follow, args=(session, timeout_s), name="rocboard-chat-load", daemon=True).start()
+        return session, []
+
+    def _follow(self, session: _Session, timeout_s: float) -> None:
+        """Follows a load until its servers answer (ready), one fails or it times out (failed),
+        or it is stopped: whether or not a tab still asks about it."""
+        deadline = session.started_at + timeout_s
+        while True:  # ends with the session: close() and before_launch end it too (stop_all)
+            with self._lock:
+                if self._session is not session:
+                    return  # unloaded, stopped, or replaced meanwhile
                 failed = self._failure_of(session, timed_out=time.monotonic() > deadline)
                 if failed is not None:
-                    elapsed = time.monotonic() - session.started_at
-                    self._end(session, "failed")
-                    self._last = ChatStatus(state="failed", run_id=run_id, checkpoint=checkpoint, mode=mode, elapsed_s=elapsed, findings=(failed,))
-                    yield self._last
+                    self._end(session, "failed", findings=(failed,))
                     return
+            # Asked outside the lock: each question may take seconds (status() must not wait).
             if all(server.answers() for server in session.servers.values()):
                 with self._lock:
                     if self._session is session:
@@ -226,39 +271,37 @@ class ChatDesk:
                         session.load_s = time.monotonic() - session.started_at
                         session.last_used = time.monotonic()
                         self._start_watchdog()
-                yield self.status()
                 return
-            yield self.status()
+            time.sleep(LOAD_POLL_S)
 
     def _start(self, run_id: str, checkpoint: str, mode: ChatMode) -> _Session:
+        """The session's servers, started (under the lock); the one before ends first, in the
+        same critical section, so two loads at once cannot leave a server nobody owns."""
         run_dir = self.store.run_dir(run_id)
         model, template, finetuning_type = self._model_of(run_id)
         adapter = str(run_dir / OUTPUT_DIR / checkpoint) if checkpoint else str(run_dir / OUTPUT_DIR)
-        safe_files.make_dir(run_dir, CHAT_DIR)
-        safe_files.write_atomic(run_dir, SAMPLES_RELATIVE, b"")
         wanted = {"adapter": ServerSpec(model, template, adapter, finetuning_type)} if mode != "base" else {}
         if mode in ("side_by_side", "base"):
             wanted["base"] = ServerSpec(model, template)
-        with self._lock:
-            # One chat session for the app: the one before ends first, in the same critical
-            # section, so two loads at once cannot leave a server nobody owns.
-            if self._session is not None:
-                self._end(self._session, "stopped")
-            servers: dict[str, ChatServer] = {}
-            try:
-                for which, spec in wanted.items():
-                    servers[which] = ChatServer.start(which, spec, run_dir, f"{CHAT_DIR}/{which}.log")
-            except BaseException:
-                for server in servers.values():
-                    server.stop()
-                raise
-            session = _Session(run_id, checkpoint, mode, run_dir, servers, time.monotonic())
-            self._session = session
-            first = next(iter(servers.values()))
-            self._memory_monitor = None
-            if self.run_manager is not None:
-                self._sampler_lent = self.run_manager.lend_sampler(run_dir / SAMPLES_RELATIVE, first.pid)
-            return session
+        if self._session is not None:
+            self._end(self._session, "stopped")
+        safe_files.make_dir(run_dir, CHAT_DIR)
+        safe_files.write_atomic(run_dir, SAMPLES_RELATIVE, b"")
+        servers: dict[str, ChatServer] = {}
+        try:
+            for which, spec in wanted.items():
+                servers[which] = ChatServer.start(which, spec, run_dir, f"{CHAT_DIR}/{which}.log")
+        except BaseException:
+            for server in servers.values():
+                server.stop()
+            raise
+        session = _Session(run_id, checkpoint, mode, run_dir, servers, time.monotonic())
+        self._session = session
+        first = next(iter(servers.values()))
+        self._memory_monitor = None
+        if self.run_manager is not None:
+            self._sampler_lent = self.run_manager.lend_sampler(run_dir / SAMPLES_RELATIVE, first.pid)
+        return session
 
     def _failure_of(self, session: _Session, timed_out: bool) -> Finding | None:
         for which, server in session.servers.items():
@@ -273,8 +316,10 @@ class ChatDesk:
             return Finding.of("model", "chat-load-timeout", seconds=round(time.monotonic() - session.started_at))
         return None
 
-    def _end(self, session: _Session, state: str) -> None:
-        """Stops the session's servers (under the lock) and forgets it."""
+    def _end(self, session: _Session, state: str, findings: tuple[Finding, ...] = ()) -> None:
+        """Stops the session's servers (under the lock) and forgets it; `session.ended` says
+        how it ended to a load still reporting it."""
+        elapsed = time.monotonic() - session.started_at if state == "failed" else 0.0
         for server in session.servers.values():
             server.stop()
         if self._session is session:
@@ -282,7 +327,11 @@ class ChatDesk:
             if self._sampler_lent and self.run_manager is not None:
                 self.run_manager.lend_sampler(None, None)
             self._sampler_lent = False
-        self._last = ChatStatus(state=state, run_id=session.run_id, checkpoint=session.checkpoint, mode=session.mode, idle_minutes=self.idle_stop_s / 60)
+        session.ended = ChatStatus(
+            state=state, run_id=session.run_id, checkpoint=session.checkpoint, mode=session.mode,
+            elapsed_s=elapsed, findings=findings, idle_minutes=self.idle_stop_s / 60,
+        )
+        self._last = session.ended
 
     def unload(self) -> ChatStatus:
         with self._lock:
@@ -338,16 +387,19 @@ class ChatDesk:
         """Streams the answer(s) to `prompt`: ChatEvents of the adapter's column, and the
         base's beside it when side by side, interleaved as they arrive; then a `done` event."""
         settings = (settings or GenerationSettings()).bounded()
+        error = ""
         with self._lock:
             session = self._session
             if session is None or session.state != "ready":
                 state = session.state if session is not None else self._last.state
                 error = "chat.error.loading" if state == "loading" else "chat.error.not_loaded"
-                yield ChatEvent("adapter", error=error)
-                yield ChatEvent("adapter", done=True)
-                return
-            session.busy += 1
-            session.last_used = time.monotonic()
+            else:
+                session.busy += 1
+                session.last_used = time.monotonic()
+        if error:  # told after the lock is let go: this generator may resume on another thread
+            yield ChatEvent("adapter", error=error)
+            yield ChatEvent("adapter", done=True)
+            return
         try:
             histories = {"adapter": history, "base": base_history if session.mode == "side_by_side" else history}
             jobs = {which: (server, build_messages(prompt, system, histories[which])) for which, server in session.servers.items()}
