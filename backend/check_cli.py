@@ -6,8 +6,9 @@
 Prints one line per finding (severity, key, problem, fix). With --fix, writes the file with
 every mechanical fix applied to FILE.fixed.yaml (or --output) and then reports what is left;
 the input file is never overwritten. The fixed file is the one the page's "Apply fixes" gives
-(the same function: backend/config/yaml_import.py fix_yaml_text), comments kept where the
-fixes could be written line by line. Exit status: 0 when no problem is left (warnings
+with the same preset (the same function: backend/config/yaml_import.py fix_yaml_text; the
+Import tab shows the preset it checks against), comments kept where the fixes could be
+written line by line. Exit status: 0 when no problem is left (warnings
 allowed), 1 when there is one, 2 when the file cannot be read or the arguments are wrong.
 """
 
@@ -72,7 +73,10 @@ def main(argv: list[str], out: TextIO | None = None) -> int:
         answer = check_many_with_llamafactory(configs)
         theirs = answer.findings + [[]]
     findings = merge_findings(result.findings, theirs[0])
-    out.write(f"{options.file}: {_count(findings)}\n")
+    # The preset decides fixes (bf16 or not, QLoRA bits, the CPU): the page's Import tab shows
+    # the one it checks against; with the same one, --fix writes what its Apply fixes writes.
+    judged = f"checked against the preset {preset.id}" if preset is not None else "checked against no preset (--preset NAME checks for one)"
+    out.write(f"{options.file}: {_count(findings)}; {judged}\n")
     _print(findings, out)
     if fix is None or fixed_args is None:
         return EXIT_PROBLEMS if has_problems(findings) else EXIT_CLEAN

@@ -124,28 +124,48 @@ def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
     return "\n".join(lines)
 
 
-def form_load_markdown(load: FormLoad, locale: str = "en") -> str:
-    """What "Load into the form" did (a backend.config.yaml_import.FormLoad): which fields
-    came from the YAML (with their values), which were reset to the preset's defaults, and
-    which were left as they were, by their labels in the page's language."""
+def form_load_markdown(load: FormLoad, locale: str = "en", preset=None) -> str:
+    """What "Load into the form" did (a backend.config.yaml_import.FormLoad), short: one line
+    of counts naming the preset the YAML was checked against (`preset`, a HardwarePreset),
+    the fields the YAML set with their values, the keys kept in Other keys, and, folded
+    away, the fields reset to the preset's defaults and those left as they were. Fields by
+    their labels in the page's language; every value and key in a code span."""
     if not load.loaded:
         return escape_markdown(t("import.load_nothing", locale))
 
-    def label(name: str) -> str:
-        return escape_markdown(t(f"label.{name}", locale))
-
     def valued(name: str) -> str:
-        return f"{label(name)} {code_span(load.values.get(name, ''), 80)}"
+        return f"{_short_label(name, locale)} {code_span(load.values.get(name, ''), 80)}"
 
-    lines = [escape_markdown(t("import.loaded", locale, set=len(load.set_fields), reset=len(load.reset_fields), kept=len(load.kept_fields)))]
+    other_keys = load.other_keys
+    set_fields = [name for name in load.set_fields if name != "other_keys" or not other_keys]
+    # The preset is named in the first line: it is the one the YAML was checked against.
+    kept_fields = [name for name in load.kept_fields if name != "preset"]
+    name = preset.name(locale) if preset is not None else str(load.values.get("preset", ""))
+    counts = {"set": len(set_fields), "reset": len(load.reset_fields), "other": len(other_keys), "kept": len(kept_fields)}
+    lines = [t("import.loaded", locale, preset=escape_markdown(name, 120), **counts)]
+    separator = " · "
+    if set_fields:
+        lines.append(f"- **{escape_markdown(t('import.loaded_set', locale, count=len(set_fields)))}** " + separator.join(valued(n) for n in set_fields))
+    if other_keys:
+        lines.append(f"- **{escape_markdown(t('import.loaded_other', locale, count=len(other_keys)))}** " + separator.join(code_span(k, 64) for k in other_keys))
+    text = "\n".join(lines)
+    # Folded: what the YAML did not say is most of the form, and rarely what one looks for.
     for message, names, show in (
-        ("import.loaded_set", load.set_fields, valued),
         ("import.loaded_reset", load.reset_fields, valued),
-        ("import.loaded_kept", load.kept_fields, label),
+        ("import.loaded_kept", kept_fields, lambda n: _short_label(n, locale)),
     ):
         if names:
-            lines.append(f"- **{escape_markdown(t(message, locale))}** " + " · ".join(show(name) for name in names))
-    return "\n".join(lines)
+            title = html.escape(t(message, locale, count=len(names)), quote=False)
+            text += f"\n\n<details><summary>{title}</summary>\n\n" + separator.join(show(n) for n in names) + "\n\n</details>"
+    return text
+
+
+def _short_label(name: str, locale: str) -> str:
+    """A field's label without its parenthetical hint ("Max steps (0 = use epochs)" -> "Max
+    steps"), escaped: a list of dozens of fields reads by their names."""
+    label = t(f"label.{name}", locale)
+    short = re.split(r"\s*[（(]", label, maxsplit=1)[0].strip()
+    return escape_markdown(short or label)
 
 
 @dataclass(frozen=True)

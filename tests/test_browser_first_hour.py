@@ -447,10 +447,12 @@ def test_load_into_the_form_sets_what_the_yaml_has_and_resets_the_rest(app_serve
     page.wait_for_function("() => document.querySelector('#import-yaml .cm-content').innerText.includes('num_train_epochs: 3.0')", timeout=UI_TIMEOUT_MS)
     page.locator("#load-into-form").click()
 
-    notice = wait_for_text(page, "#form-notice", plain(translate("import.loaded_set", locale)))
+    # The summary's titles, without their counts ("From the YAML" of "From the YAML ({count}):").
+    set_title, reset_title = (plain(re.split(r"\s*[（(]\{count\}", translate(key, locale))[0]) for key in ("import.loaded_set", "import.loaded_reset"))
+    notice = wait_for_text(page, "#form-notice", set_title)
     assert page.locator("#run-name").is_visible() and train_tab_selected(page, locale), "Load into the form did not switch to the Train tab"
-    assert plain(translate("import.loaded_set", locale)) in folded(notice), notice
-    assert plain(translate("import.loaded_reset", locale)) in folded(notice), notice
+    assert set_title in folded(notice), notice
+    assert reset_title in folded(notice), notice
     wait_for_value(page, "max_steps", "0")
     wait_for_value(page, "num_train_epochs", "3")
     assert field(page, "max_steps").input_value() == "0"
@@ -488,8 +490,14 @@ def test_apply_fixes_gives_what_the_check_cli_writes(app_server, page_in, browse
     assert "compute_type" not in expected  # the CLI did fix something: the comparison means something
 
     page = page_in(browser_locale)
-    assert "CPU demo" in page.locator("#preset input").input_value()
+    from backend.config.presets import load_presets
+
+    cpu_demo = load_presets()[0][DEMO["preset"]].name(locale)
+    # The presets' names follow the page's language once its load event has relabelled them.
+    page.wait_for_function("(name) => document.querySelector('#preset input')?.value === name", arg=cpu_demo, timeout=UI_TIMEOUT_MS)
     open_tab(page, "tab.import_export", locale)
+    # The tab checks against the form's preset, and says so: the CLI was given the same one.
+    page.wait_for_function("(name) => document.querySelector('#import-preset input')?.value === name", arg=cpu_demo, timeout=UI_TIMEOUT_MS)
     set_code(page, "#import-yaml", commented_yaml())
     page.wait_for_function("() => document.querySelector('#import-yaml .cm-content').innerText.includes('max_steps: 3')", timeout=UI_TIMEOUT_MS)
     page.locator("#apply-fixes").click()

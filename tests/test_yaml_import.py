@@ -364,6 +364,10 @@ def _corpus_findings() -> list[Finding]:
     for text, _ in SYNTAX_CASES:
         findings += import_yaml(text, PRESETS["rx7900xtx"]).findings
     findings += import_yaml("do_train: true\nbf16: true\nfp16: true\n" + "k" * 100 + ": 1\n", PRESETS["cpu-demo"]).findings
+    # What compute_type and qlora say on hardware without bf16 or without those bits.
+    for preset in ("cpu-demo", "rx6900xt"):
+        for value in ("bf16", "amp"):
+            findings += import_yaml(f"do_train: true\ncompute_type: {value}\nfinetuning_type: qlora\n", PRESETS[preset]).findings
     return findings
 
 

@@ -138,7 +138,23 @@ def rule_disable_flash_attn(args: dict[str, Any], preset: HardwarePreset | None)
     ]
 
 
+def _precision_on(preset: HardwarePreset | None) -> str:
+    """The precision a run trains best in on `preset`: bf16 where it has bf16 (or no preset
+    is named), fp16 on a GPU without it, fp32 on the CPU."""
+    if preset is None or preset.bf16:
+        return "bf16"
+    return "fp32" if preset.use_cpu else "fp16"
+
+
+def _precision_patch(precision: str) -> dict[str, Any]:
+    """The precision keys that say `precision` (fp32: none of them)."""
+    return {"bf16": True if precision == "bf16" else None, "fp16": True if precision == "fp16" else None}
+
+
 def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
+    """LlamaBoard's `compute_type` in a YAML. Its fix writes the precision it asks for, or,
+    on a preset without bf16, the one that preset trains in, and says which: the fix is never
+    undone by the next round's bf16 check (fix_yaml_text)."""
     if "compute_type" not in args:
         return []
     value = str(args["compute_type"]).lower()
@@ -147,6 +163,18 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
         return [
             Finding.of("compute_type", "yaml-compute-type", patch={"compute_type": None})
         ]
+    best = _precision_on(preset)
+    named = {"preset": preset.label} if preset is not None else {}
+    if value in ("bf16", "pure_bf16") and best != "bf16":
+        # Asked for bf16 on hardware without it: the fix says (and writes) what it trains in.
+        message = "yaml-compute-type-bf16-fp32" if best == "fp32" else "yaml-compute-type-bf16-fallback"
+        patch = {"compute_type": None, "pure_bf16": None, **_precision_patch(best)}
+        return [Finding.of("compute_type", "yaml-compute-type", message=message, patch=patch, precision=best, **named)]
+    if value not in ("bf16", "fp16", "fp32", "pure_bf16"):
+        # A value LlamaBoard never wrote: the precision this preset trains best in.
+        message = "yaml-compute-type-other-fp32" if best == "fp32" else "yaml-compute-type-other"
+        patch = {"compute_type": None, **_precision_patch(best)}
+        return [Finding.of("compute_type", "yaml-compute-type", message=message, patch=patch, precision=best, **named)]
     patches = {
         "bf16": {"compute_type": None, "bf16": True, "fp16": None},
         "fp16": {"compute_type": None, "fp16": True, "bf16": None},
@@ -155,12 +183,7 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
     }
     messages = {"bf16": "yaml-compute-type-bf16", "fp16": "yaml-compute-type-fp16", "fp32": "yaml-compute-type-fp32", "pure_bf16": "yaml-compute-type-pure-bf16"}
     return [
-        Finding.of(
-            "compute_type",
-            "yaml-compute-type",
-            message=messages.get(value, "yaml-compute-type-other"),
-            patch=patches.get(value, {"compute_type": None}),
-        )
+        Finding.of("compute_type", "yaml-compute-type", message=messages[value], patch=patches[value])
     ]
 
 
@@ -240,10 +263,11 @@ def rule_bf16_and_fp16(args: dict[str, Any], preset: HardwarePreset | None) -> l
 
 
 def rule_precision_unset(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
-    if any(key in args for key in PRECISION_KEYS):
+    # compute_type's own finding writes the precision (its fix would be contradicted here).
+    if any(key in args for key in PRECISION_KEYS) or "compute_type" in args:
         return []
-    best = "fp16" if preset is not None and not preset.bf16 and not preset.use_cpu else "bf16"
-    if preset is not None and preset.use_cpu:
+    best = _precision_on(preset)
+    if best == "fp32":  # the CPU: fp32 is what it trains in
         return []
     return [
         Finding.of("bf16", "yaml-precision-unset", severity="warning", patch={best: True}, precision=best)
@@ -251,14 +275,30 @@ def rule_precision_unset(args: dict[str, Any], preset: HardwarePreset | None) ->
 
 
 def rule_finetuning_type(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:
+    """`finetuning_type: qlora` is LoRA on a quantized model. On a preset that does not offer
+    those bits (the CPU: none), the fix is plain LoRA, and says so: writing the bits would
+    only make the next check take them out again."""
     value = args.get("finetuning_type")
     if not isinstance(value, str) or value.lower() != "qlora":
         return []
+    bits = args.get("quantization_bit") or 4
+    if preset is not None and (preset.use_cpu or bits not in preset.qlora_bits):
+        return [
+            Finding.of(
+                "finetuning_type",
+                "yaml-finetuning-qlora",
+                message="yaml-finetuning-qlora-not-offered",
+                patch={"finetuning_type": "lora", "quantization_bit": None},
+                bits=bits,
+                preset=preset.label,
+            )
+        ]
     return [
         Finding.of(
             "finetuning_type",
             "yaml-finetuning-qlora",
-            patch={"finetuning_type": "lora", "quantization_bit": args.get("quantization_bit") or 4},
+            patch={"finetuning_type": "lora", "quantization_bit": bits},
+            bits=bits,
         )
     ]
 
@@ -426,6 +466,14 @@ class FormLoad:
         """False when the YAML could not be read: nothing on the form changes."""
         return bool(self.set_fields)
 
+    @property
+    def other_keys(self) -> tuple[str, ...]:
+        """The YAML's keys that no field of the form holds, kept in Other keys, in order."""
+        if "other_keys" not in self.set_fields:
+            return ()
+        args, _ = load_yaml_text(str(self.values.get("other_keys") or ""))
+        return tuple(str(key) for key in args) if args else ()
+
 
 def form_load(result: ImportResult, defaults: Mapping[str, Any], current: Mapping[str, Any]) -> FormLoad:
     """The form after loading an imported YAML over `current`: the YAML's values, `defaults`
@@ -542,19 +590,57 @@ def fix_yaml_text(
     result, fixed, applied, kept = original, text, [], True
     if not original.args:
         return FixResult(text, original, [], True, original)
+    claims: dict[str, Any] = {}  # what the fixes applied so far said of each key they wrote
     for _ in range(rounds):
-        if not result.fixable:
+        chosen, claims = fixes_that_keep(result.findings, result.args, claims)
+        if not chosen:
             break
-        target = apply_fixes(result.args, result.findings)
+        target = apply_fixes(result.args, chosen)
         if _typed(target) == _typed(result.args):
             break  # the patches change nothing: another round would not either
-        patched = patch_yaml_text(fixed, result.args, result.findings)
+        patched = patch_yaml_text(fixed, result.args, chosen)
         if patched is None:
             patched, kept = dump_yaml(target), False
-        applied += result.fixable
+        applied += chosen
         fixed = patched
         result = import_yaml(fixed, preset, offline=offline, bnb_available=bnb_available, read_roots=read_roots)
     return FixResult(fixed, result, applied, kept, original)
+
+
+_PRESENT = object()  # a claim that a key is there, whatever its value (a typo renamed)
+RENAMING_RULES = frozenset({"yaml-unknown-key"})  # their fix moves a value to the key's right name
+
+
+def fixes_that_keep(findings: list[Finding], args: dict[str, Any], claims: Mapping[str, Any] | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """The fixable findings, in order, that take back nothing a fix before them wrote, and
+    what they all say of the keys they write (`claims`, from earlier rounds, extended).
+
+    What a finding says its fix does is what the fixed file holds: a later fix that would
+    undo it (bf16 written for `compute_type: bf16`, then taken out for a card without bf16)
+    is left for the person, listed with what is still wrong. A renamed key (a typo's fix: the
+    same value under the right name) only says the key is there: a later fix of its value
+    keeps that true."""
+    said = dict(claims or {})
+    chosen = []
+    for finding in findings:
+        if not finding.patch:
+            continue
+        removed = [_typed(args[key]) for key, value in finding.patch.items() if value is None and key in args]
+        renamed = finding.rule in RENAMING_RULES
+        new = {key: _PRESENT if renamed and value is not None and _typed(value) in removed else value for key, value in finding.patch.items()}
+        if any(key in said and not _agrees(said[key], value) for key, value in new.items()):
+            continue
+        chosen.append(finding)
+        for key, value in new.items():
+            if key not in said or said[key] is _PRESENT:
+                said[key] = value
+    return chosen, said
+
+
+def _agrees(said: Any, value: Any) -> bool:
+    if said is _PRESENT or value is _PRESENT:
+        return (said is None) == (value is None)
+    return _typed(said) == _typed(value)
 
 
 def patch_yaml_text(text: str, args: dict[str, Any], findings: list[Finding]) -> str | None:
@@ -716,6 +802,9 @@ class _Document:
         assert removed.key is not None
         old = _typed(self.values.get(removed.key))
         renamed = next((key for key, value in new.items() if _typed(value) == old), None)
+        # Otherwise the first new key takes the removed line's comment (`compute_type: bf16
+        # # use bfloat16` -> `bf16: true  # use bfloat16`): it was written about that setting.
+        comment = "" if renamed is not None else _trailing_comment(removed)
         out = []
         for key, value in new.items():
             written = _render_key(key) if key == renamed else None
@@ -724,11 +813,23 @@ class _Document:
                 span = None if removed.value_span is None else tuple(i - removed.key_end + len(written) for i in removed.value_span)
                 out.append(_Segment([first, *removed.lines[1:]], key, span, len(written)))  # type: ignore[arg-type]
             else:
-                out.append(self._entry(key, value))
+                out.append(self._entry(key, value, comment))
+                comment = ""
         return out
 
-    def _entry(self, key: str, value: Any) -> _Segment:
-        return _Segment(_LINE.findall(_render_entry(key, _plain(value), self.newline)), key)
+    def _entry(self, key: str, value: Any, comment: str = "") -> _Segment:
+        """A new entry; `comment` (`  # ...`) goes at the end of its line when it is one line."""
+        lines = _LINE.findall(_render_entry(key, _plain(value), self.newline))
+        if len(lines) != 1:
+            return _Segment(lines, key)
+        body = lines[0].removesuffix(self.newline)
+        line = body + comment + lines[0][len(body) :]
+        # Where its key and value sit, so that a later fix of the same key keeps the comment.
+        written_key, written_value = _render_key(key), _render_value(_plain(value))
+        if written_key is None or written_value is None or body != f"{written_key}: {written_value}":
+            return _Segment([line], key)
+        start = len(written_key) + 2
+        return _Segment([line], key, (start, start + len(written_value)) if written_value else None, len(written_key))
 
     def _replaced(self, segment: _Segment, value: Any) -> _Segment:
         assert segment.key is not None
@@ -737,11 +838,29 @@ class _Document:
             line = segment.lines[0]
             start, end = segment.value_span
             line = line[:start] + written + line[end:]  # a trailing comment stays
-            return _Segment([line], segment.key, (start, start + len(written)))
-        entry = self._entry(segment.key, value)
+            return _Segment([line], segment.key, (start, start + len(written)), segment.key_end)
+        entry = self._entry(segment.key, value, _trailing_comment(segment))
         if segment.lines and not segment.lines[-1].endswith("\n"):
             entry.lines[-1] = entry.lines[-1].removesuffix(self.newline)
         return entry
+
+
+_KEY_LINE_REST = re.compile(r"\s*:(?P<comment>[ \t]+#[^\r\n]*)?[ \t]*\r?\n?")
+
+
+def _trailing_comment(segment: _Segment) -> str:
+    """The comment at the end of an entry's key line (`  # use bfloat16`, with the blanks
+    before it), or "". Only where the line's layout is known: after a value on that line
+    alone, or after a key whose value is on the lines below (or empty)."""
+    if not segment.lines:
+        return ""
+    line = segment.lines[0]
+    if segment.value_span is not None:
+        rest = line[segment.value_span[1] :].rstrip("\r\n")
+        match = re.fullmatch(r"([ \t]+#.*)?[ \t]*", rest)
+        return (match.group(1) or "") if match else ""
+    match = _KEY_LINE_REST.fullmatch(line[segment.key_end :])
+    return (match.group("comment") or "") if match else ""
 
 
 def _gap(line: str) -> bool:
