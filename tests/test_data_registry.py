@@ -97,7 +97,9 @@ def test_an_upload_is_copied_and_registered(tmp_path: Path) -> None:
     entry = registry.entry("my-data")
     assert entry["file_name"] == "files/my-data.json"
     assert entry["formatting"] == "alpaca"
-    assert entry["columns"] == {"prompt": "instruction", "query": "input", "response": "output"}
+    # "input" is empty in every row: RocBoard's guess does not read it as the query (and says so).
+    assert entry["columns"] == {"prompt": "instruction", "response": "output"}
+    assert [f.message for f in result.findings] == ["data-column-all-empty-left-out"]
     assert entry["rocboard"]["source"] == "upload"
     assert entry["rocboard"]["original_name"] == "train set.json"
     assert entry["rocboard"]["rows"] == 3

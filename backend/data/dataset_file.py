@@ -1,10 +1,13 @@
 """What a dataset file holds, before RocBoard registers it for LLaMA-Factory.
 
 A user uploads a file or names one on the server; this module reads it (bounded in time and
-memory: JSONL line by line, CSV in pandas chunks, Parquet in pyarrow batches, a .json list
-whole but capped), guesses its layout (alpaca, sharegpt, openai, plain text), and checks
-every row against the column mapping: each problem a `Finding` (key "data_file", message ids
-`data-*`) that names the file, the line or row, and the fix. Only the preview rows are kept.
+memory: JSONL line by line, CSV in pandas chunks of about CSV_CHUNK_BYTES, Parquet in pyarrow
+batches sized from its metadata, a .json list element by element; what a line, a row, its
+nesting, the rows and a Parquet file's footer allow is checked before it is decoded), guesses
+its layout (alpaca, sharegpt, openai, plain text), and checks every row against the column
+mapping: each problem a `Finding` (key "data_file", message ids `data-*`) that names the file,
+the line or row, and the fix. Only the preview rows are kept. The page runs it in a process
+with a memory cap (backend/data/reading.py), where a MemoryError is a finding too.
 
 It never imports Hugging Face `datasets` or LLaMA-Factory: the web process stays light.
 """
@@ -33,14 +36,24 @@ KEY = "data_file"  # the finding key of every problem in a data file
 DEFAULT_MAX_BYTES = 4 * 2**30  # a file over this is not read at all (minutes of checking)
 JSON_MAX_BYTES = DEFAULT_MAX_BYTES  # a .json list is parsed element by element (_json), like JSONL
 JSON_CHUNK_CHARS = 1 << 20  # characters read at a time from a .json file
-LINE_MAX_BYTES = 16 * 2**20  # one JSONL line
+LINE_MAX_BYTES = 16 * 2**20  # one JSONL line, one CSV line, one .json element, one decoded Parquet row
+MAX_ROWS = 5_000_000  # rows checked in any file (a Parquet file's count is read before any row)
+MAX_DEPTH = 100  # lists and objects nested in one row (a training row needs 3 or 4)
 PREVIEW_ROWS = 20
 CELL_CHARS = 300
 SHOWN_ROWS = 5  # row numbers a message names before "and N more"
-MAX_COLUMNS = 1000  # columns tracked of rows whose keys all differ
+MAX_COLUMNS = 1000  # columns tracked of rows whose keys all differ; a CSV or Parquet header holds at most this
 MAX_ROLES = 50  # distinct role names remembered
 CSV_CHUNK_ROWS = 2000
+CSV_CHUNK_BYTES = 16 * 2**20  # a chunk holds fewer rows when lines are long: about this many bytes
 PARQUET_BATCH_ROWS = 1000
+PARQUET_BATCH_BYTES = 16 * 2**20  # decoded bytes turned into Python rows at a time
+PARQUET_VALUE_COST = 32  # what one decoded value costs in Python beyond its bytes (counted, not measured)
+PARQUET_DICTIONARY_READ_MAX = 64 * 2**20  # a column chunk's dictionary is read ahead only up to this
+# What the page's reading process may grow by (backend/data/reading.py sets its cap here).
+READ_MEMORY_MIB = 256
+# A column name within a near miss of a role's name is read as that role ("instrution").
+NEAR_NAME_CUTOFF = 0.8
 # Columns of images, videos or audio: LLaMA-Factory trains them with a multimodal model only.
 MEDIA_COLUMNS = ("images", "videos", "audios", "image", "video", "audio")
 
@@ -190,38 +203,97 @@ def _names(values: Any, limit: int = 12) -> str:
     return shown + (f", … (+{len(values) - limit})" if len(values) > limit else "") if values else "(none)"
 
 
-def _utf8_error(path: Path) -> tuple[int, int, str] | None:
-    """(byte offset, line, the byte) of the first byte that is not UTF-8, streaming."""
+@dataclass(frozen=True)
+class _Scan:
+    """What one streaming pass over a text file's bytes found."""
+
+    not_utf8: tuple[int, int, str] | None  # (byte offset, line, the byte) of the first byte that is not UTF-8
+    lines: int  # newlines counted before the scan stopped
+    long_line: int | None  # the first line longer than LINE_MAX_BYTES
+
+
+def _scan(path: Path) -> _Scan:
+    """The first byte that is not UTF-8 and the first line over LINE_MAX_BYTES, in one pass
+    of 1 MiB blocks (a line is only measured at block edges: inside a block every line is
+    shorter than the block, unless the limit is smaller, as tests make it)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
+    limit = LINE_MAX_BYTES
+    block_size = 1 << 20
     offset = 0
     lines = 1
+    run = 0  # bytes of the line in progress
     with open(path, "rb") as handle:
         while True:
-            block = handle.read(1 << 20)
+            block = handle.read(block_size)
             pending = len(decoder.getstate()[0])
             try:
                 decoder.decode(block, final=not block)
             except UnicodeDecodeError as error:
                 data = error.object
-                return offset - pending + error.start, lines + data[: error.start].count(b"\n"), f"0x{data[error.start]:02x}"
+                return _Scan((offset - pending + error.start, lines + data[: error.start].count(b"\n"), f"0x{data[error.start]:02x}"), lines, None)
             if not block:
-                return None
-            lines += block.count(b"\n")
+                return _Scan(None, lines, None)
+            first = block.find(b"\n")
+            if first < 0:
+                run += len(block)
+                if run > limit:
+                    return _Scan(None, lines, lines)
+            else:
+                if run + first > limit:
+                    return _Scan(None, lines, lines)
+                if limit < block_size:
+                    for number, piece in enumerate(block.split(b"\n")[1:-1], start=1):
+                        if len(piece) > limit:
+                            return _Scan(None, lines + number, lines + number)
+                newlines = block.count(b"\n")
+                run = len(block) - block.rfind(b"\n") - 1
+                lines += newlines
+                if run > limit:
+                    return _Scan(None, lines, lines)
             offset += len(block)
+
+
+def _utf8_error(path: Path) -> tuple[int, int, str] | None:
+    """(byte offset, line, the byte) of the first byte that is not UTF-8, streaming."""
+    return _scan(path).not_utf8
+
+
+def _nesting_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than `limit` levels in `value` (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _brackets(text: str, start: int = 0, end: int | None = None) -> int:
+    end = len(text) if end is None else end
+    return text.count("[", start, end) + text.count("{", start, end)
 
 
 # --- reading rows -----------------------------------------------------------------------------
 
 
 class _Reader:
-    """Rows of one file: (number, row) where the number counts lines (JSONL) or rows."""
+    """Rows of one file: (number, row) where the number counts lines (JSONL) or rows.
 
-    def __init__(self, path: Path, file_format: str, shown: str) -> None:
+    Every read is bounded before it decodes: a line or .json element at most LINE_MAX_BYTES,
+    nesting at most MAX_DEPTH, at most MAX_ROWS rows; a CSV chunk holds about CSV_CHUNK_BYTES;
+    a Parquet file's row count and column sizes are read from its metadata first, and each
+    batch's decoded size is counted before it becomes Python rows (`decoded_max` in all)."""
+
+    def __init__(self, path: Path, file_format: str, shown: str, decoded_max: int = DEFAULT_MAX_BYTES) -> None:
         self.path = path
         self.file_format = file_format
         self.shown = shown
         self.unit = "line" if file_format == "jsonl" else "row"
-        self._utf8_checked = False
+        self.decoded_max = decoded_max
+        self.at = 0  # the line or row being read (named when reading it runs out of memory)
+        self._scanned: _Scan | None = None
 
     def rows(self) -> Iterator[tuple[int, Any]]:
         if self.file_format == "jsonl":
@@ -235,6 +307,16 @@ class _Reader:
     def _not_utf8(self, offset: int, line: int, byte: str) -> _Stop:
         return _Stop(Finding.of(KEY, "data-not-utf8", file=self.shown, offset=offset, line=line, byte=byte))
 
+    def _too_deep(self, number: int) -> _Stop:
+        return _Stop(Finding.of(KEY, "data-json-too-deep", file=self.shown, where=_where(self.unit, number), limit=MAX_DEPTH))
+
+    def _scan_once(self) -> _Scan:
+        if self._scanned is None:
+            self._scanned = _scan(self.path)
+        if self._scanned.not_utf8 is not None:
+            raise self._not_utf8(*self._scanned.not_utf8)
+        return self._scanned
+
     def _jsonl(self) -> Iterator[tuple[int, Any]]:
         offset = 0
         with open(self.path, "rb") as handle:
@@ -244,6 +326,7 @@ class _Reader:
                 if not raw:
                     return
                 number += 1
+                self.at = number
                 if len(raw) > LINE_MAX_BYTES and not raw.endswith(b"\n"):
                     raise _Stop(Finding.of(KEY, "data-line-too-long", file=self.shown, line=number, limit=_mb(LINE_MAX_BYTES)))
                 try:
@@ -255,10 +338,14 @@ class _Reader:
                     continue  # a blank line is no row (Arrow's JSON reader skips it too)
                 try:
                     row = json.loads(text)
+                except RecursionError:
+                    raise self._too_deep(number) from None
                 except ValueError as error:
                     detail = getattr(error, "msg", str(error))
                     column = getattr(error, "colno", 0)
                     raise _Stop(Finding.of(KEY, "data-json-invalid", file=self.shown, line=number, column=column, error=detail)) from None
+                if _brackets(text) > MAX_DEPTH and _nesting_deeper_than(row, MAX_DEPTH):
+                    raise self._too_deep(number)
                 yield number, row
 
     def _json(self) -> Iterator[tuple[int, Any]]:
@@ -269,13 +356,14 @@ class _Reader:
         size = self.path.stat().st_size
         if size > JSON_MAX_BYTES:
             raise _Stop(Finding.of(KEY, "data-json-too-big", file=self.shown, size=_mb(size), limit=_mb(JSON_MAX_BYTES)))
-        if not self._utf8_checked:
+        if self._scanned is None:
             found = _utf8_error(self.path)
             if found is not None:
                 raise self._not_utf8(*found)
-            self._utf8_checked = True
+            self._scanned = _Scan(None, 0, None)
         stream = _JsonStream(self.path, self.shown)
         first = stream.next_char()
+        self.at = 1
         if first != "[":
             value = stream.value()
             if isinstance(value, dict):
@@ -294,8 +382,9 @@ class _Reader:
             stream.expect_end()
             return
         while True:
-            row = stream.value()
             number += 1
+            self.at = number
+            row = stream.value()
             yield number, row
             after = stream.next_char()
             if after == ",":
@@ -310,45 +399,236 @@ class _Reader:
     def _csv(self) -> Iterator[tuple[int, Any]]:
         import pandas as pd
 
-        if not self._utf8_checked:
-            bad = _utf8_error(self.path)
-            if bad:
-                raise self._not_utf8(*bad)
-            self._utf8_checked = True
+        scan = self._scan_once()
+        if scan.long_line is not None:
+            raise _Stop(Finding.of(KEY, "data-line-too-long", message="data-csv-line-too-long", file=self.shown, line=scan.long_line, limit=_mb(LINE_MAX_BYTES)))
+        # Long lines, fewer rows a chunk: a chunk holds about CSV_CHUNK_BYTES, not 2,000 lines of 16 MB.
+        size = self.path.stat().st_size
+        chunk_rows = max(1, min(CSV_CHUNK_ROWS, CSV_CHUNK_BYTES * max(scan.lines, 1) // max(size, 1)))
         number = 0
         try:
             # Every cell as text, nothing turned into NaN: emptiness is judged on the text.
-            chunks = pd.read_csv(self.path, chunksize=CSV_CHUNK_ROWS, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8")
+            header = pd.read_csv(self.path, nrows=0, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8")
+            if len(header.columns) > MAX_COLUMNS:
+                raise _Stop(Finding.of(KEY, "data-too-many-columns", file=self.shown, columns=f"{len(header.columns):,}", limit=f"{MAX_COLUMNS:,}"))
+            chunks = pd.read_csv(self.path, chunksize=chunk_rows, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8")
             for chunk in chunks:
                 for row in chunk.to_dict("records"):
                     number += 1
+                    self.at = number + 1
                     yield number, row
+                self.at = number + 1
         except pd.errors.EmptyDataError:
             return
         except pd.errors.ParserError as error:
             text = str(error).strip()
             found = re.search(r"in line (\d+)", text)
             line = int(found.group(1)) if found else number + 2
+            if "out of memory" in text.lower():
+                raise MemoryError(text) from None
             raise _Stop(Finding.of(KEY, "data-csv-malformed", file=self.shown, line=line, error=text.splitlines()[-1] if text else "")) from None
 
     def _parquet(self) -> Iterator[tuple[int, Any]]:
+        import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            parquet = pq.ParquetFile(self.path)
+            # buffer_size: column chunks are streamed, never read whole into memory.
+            parquet = pq.ParquetFile(self.path, buffer_size=1 << 20, pre_buffer=False)
+        except MemoryError:
+            raise
         except (pa.ArrowException, OSError, ValueError) as error:
             raise _Stop(Finding.of(KEY, "data-parquet-bad", file=self.shown, error=str(error)[:300])) from None
         number = 0
+        decoded = 0
         try:
-            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-                for row in batch.to_pylist():
-                    number += 1
-                    yield number, row
+            plan = _ParquetPlan(parquet, self.path, self.shown, self.decoded_max)
+            for group, batch_rows in plan.groups:
+                for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group], use_threads=False):
+                    self.at = number + 1
+                    costs = _row_costs(batch)
+                    big = np.flatnonzero(costs > LINE_MAX_BYTES)
+                    if big.size:
+                        row = number + int(big[0]) + 1
+                        raise _Stop(
+                            Finding.of(KEY, "data-row-too-big", file=self.shown, where=_where("row", row), size=_mb(int(costs[big[0]])), limit=_mb(LINE_MAX_BYTES))
+                        )
+                    running = decoded + np.cumsum(costs)
+                    if running.size and running[-1] > self.decoded_max:
+                        row = number + int(np.searchsorted(running, self.decoded_max, side="right")) + 1
+                        raise _Stop(
+                            Finding.of(KEY, "data-decoded-too-big", file=self.shown, where=_where("row", row), limit=_mb(self.decoded_max))
+                        )
+                    # Python rows a slice at a time: each slice decodes to about PARQUET_BATCH_BYTES.
+                    start = 0
+                    while start < batch.num_rows:
+                        done = running[start - 1] if start else decoded
+                        end = max(start + 1, int(np.searchsorted(running, done + PARQUET_BATCH_BYTES, side="right")))
+                        for row in batch.slice(start, end - start).to_pylist():
+                            number += 1
+                            self.at = number
+                            yield number, row
+                        start = end
+                    decoded = int(running[-1]) if running.size else decoded
+        except MemoryError:
+            raise
         except (pa.ArrowException, OSError, ValueError) as error:
             raise _Stop(Finding.of(KEY, "data-parquet-bad", file=self.shown, error=str(error)[:300])) from None
         finally:
             parquet.close()
+
+
+def _row_costs(batch: Any) -> Any:
+    """What each row of an Arrow record batch costs once decoded into Python (numpy int64):
+    the bytes of its text and binary values plus PARQUET_VALUE_COST per value, counted from
+    the Arrow arrays (a dictionary's values by their indices) without decoding any."""
+    import numpy as np
+
+    total = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        total += _array_costs(column)
+    return total
+
+
+def _array_costs(array: Any) -> Any:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    count = len(array)
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    if pa.types.is_dictionary(kind):
+        values = _array_costs(array.dictionary)
+        if len(values) == 0:
+            return np.full(count, PARQUET_VALUE_COST, dtype=np.int64)
+        indices = array.indices if array.null_count == 0 else pc.fill_null(array.indices, 0)
+        return values[indices.to_numpy(zero_copy_only=False).astype(np.int64)]
+    if _is_text(kind):
+        if not (pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)):
+            array = array.cast(pa.large_binary())  # a view type: binary_length has no kernel for it
+        lengths = pc.binary_length(array)
+        if array.null_count:
+            lengths = pc.fill_null(lengths, 0)
+        return lengths.to_numpy(zero_copy_only=False).astype(np.int64) + PARQUET_VALUE_COST
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        offsets = array.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        child = _array_costs(array.values)
+        summed = np.concatenate(([0], np.cumsum(child)))
+        return summed[offsets[1:]] - summed[offsets[:-1]] + PARQUET_VALUE_COST
+    if pa.types.is_fixed_size_list(kind):
+        size = kind.list_size
+        child = _array_costs(array.flatten())
+        return child.reshape(count, size).sum(axis=1) + PARQUET_VALUE_COST if size else np.full(count, PARQUET_VALUE_COST, dtype=np.int64)
+    if pa.types.is_struct(kind):
+        total = np.full(count, PARQUET_VALUE_COST, dtype=np.int64)
+        for field in array.flatten():
+            total += _array_costs(field)
+        return total
+    try:
+        width = max(1, kind.bit_width // 8)
+    except ValueError:
+        width = max(1, array.nbytes // count)
+    return np.full(count, width + PARQUET_VALUE_COST, dtype=np.int64)
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    views = (getattr(pa.types, "is_string_view", None), getattr(pa.types, "is_binary_view", None))
+    return (
+        pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+        or any(test is not None and test(kind) for test in views)
+    )
+
+
+class _ParquetPlan:
+    """A Parquet file judged by its metadata before any row is decoded: its row count, its
+    columns, what its column chunks hold uncompressed, and what a dictionary-encoded text
+    column decodes to at least (its shortest dictionary value, once per row that uses it).
+    `groups`: (row group, rows per batch) with each batch about PARQUET_BATCH_BYTES decoded."""
+
+    def __init__(self, parquet: Any, path: Path, shown: str, decoded_max: int) -> None:
+        metadata = parquet.metadata
+        if metadata.num_rows > MAX_ROWS:
+            raise _Stop(Finding.of(KEY, "data-too-many-rows", file=shown, rows=f"{metadata.num_rows:,}", limit=f"{MAX_ROWS:,}"))
+        if metadata.num_columns > MAX_COLUMNS:
+            raise _Stop(Finding.of(KEY, "data-too-many-columns", file=shown, columns=f"{metadata.num_columns:,}", limit=f"{MAX_COLUMNS:,}"))
+        uncompressed = sum(metadata.row_group(g).column(c).total_uncompressed_size for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
+        if uncompressed > decoded_max:
+            raise _Stop(Finding.of(KEY, "data-decoded-too-big", message="data-decoded-too-big-metadata", file=shown, size=_mb(uncompressed), limit=_mb(decoded_max)))
+        schema = metadata.schema
+        # Top-level text columns written with a dictionary: their dictionaries are read ahead.
+        texts = [c for c in range(metadata.num_columns) if schema.column(c).physical_type == "BYTE_ARRAY" and "." not in schema.column(c).path]
+        self.groups: list[tuple[int, int]] = []
+        first_row = 1
+        at_least = 0
+        with_dictionaries = None
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            rows = row_group.num_rows
+            if rows <= 0:
+                continue
+            plain = 0  # uncompressed bytes of the chunks without a dictionary
+            per_row = 0.0  # a row's decoded bytes, as far as the metadata can tell
+            ahead = []
+            for c in range(row_group.num_columns):
+                chunk = row_group.column(c)
+                size = chunk.total_uncompressed_size
+                if not chunk.has_dictionary_page:
+                    plain += size
+                    per_row += size / rows
+                elif c in texts and size <= PARQUET_DICTIONARY_READ_MAX:
+                    ahead.append(c)
+                else:
+                    per_row += size / rows
+            if plain / rows > LINE_MAX_BYTES:
+                where = Message("data.where.rows", n=f"{first_row:,}-{first_row + rows - 1:,}")
+                raise _Stop(Finding.of(KEY, "data-row-too-big", message="data-row-too-big-average", file=shown, where=where, size=_mb(int(plain / rows)), limit=_mb(LINE_MAX_BYTES)))
+            if ahead:
+                import pyarrow.parquet as pq
+
+                if with_dictionaries is None:
+                    names = [schema.column(c).path for c in texts]
+                    with_dictionaries = pq.ParquetFile(path, read_dictionary=names, buffer_size=1 << 20, pre_buffer=False)
+                names = [schema.column(c).path for c in ahead]
+                first = next(with_dictionaries.iter_batches(batch_size=1, row_groups=[group], columns=names, use_threads=False), None)
+                for c, name in zip(ahead, names):
+                    column = first.column(name) if first is not None else None
+                    dictionary = getattr(column, "dictionary", None)
+                    if dictionary is None or len(dictionary) == 0:
+                        per_row += row_group.column(c).total_uncompressed_size / rows
+                        continue
+                    lengths = _array_costs(dictionary) - PARQUET_VALUE_COST
+                    shortest, longest = int(lengths.min()), int(lengths.max())
+                    per_row += longest + PARQUET_VALUE_COST
+                    used = self._rows_using_dictionary(row_group.column(c), schema.column(c), int(lengths.sum()) + 4 * len(lengths))
+                    if used and shortest > LINE_MAX_BYTES:
+                        raise _Stop(Finding.of(KEY, "data-row-too-big", file=shown, where=_where("row", first_row), size=_mb(shortest), limit=_mb(LINE_MAX_BYTES)))
+                    at_least += used * (shortest + PARQUET_VALUE_COST)
+                if at_least > decoded_max:
+                    raise _Stop(Finding.of(KEY, "data-decoded-too-big", message="data-decoded-too-big-metadata", file=shown, size=_mb(at_least), limit=_mb(decoded_max)))
+            self.groups.append((group, max(1, min(PARQUET_BATCH_ROWS, int(PARQUET_BATCH_BYTES / max(per_row, 1.0))))))
+            first_row += rows
+        if with_dictionaries is not None:
+            with_dictionaries.close()
+
+    @staticmethod
+    def _rows_using_dictionary(chunk: Any, column: Any, dictionary_bytes: int) -> int:
+        """At least how many values of a column chunk are read from its dictionary: all but
+        the nulls and any written plainly after it (each of those costs 4 bytes at least of
+        what the chunk holds beyond its dictionary). 0 when the null count is unknown."""
+        if column.max_definition_level == 0:
+            nulls = 0
+        else:
+            statistics = chunk.statistics
+            if statistics is None or not statistics.has_null_count:
+                return 0
+            nulls = statistics.null_count
+        plain_at_most = max(0, chunk.total_uncompressed_size - dictionary_bytes) // 4
+        return max(0, chunk.num_values - nulls - plain_at_most)
 
 
 _JSON_SPACE = re.compile(r"[ \t\r\n]*")
@@ -370,10 +650,10 @@ class _JsonStream:
     def __del__(self) -> None:
         self.handle.close()
 
-    def _more(self) -> bool:
+    def _more(self, chars: int = 0) -> bool:
         if self.eof:
             return False
-        chunk = self.handle.read(JSON_CHUNK_CHARS)
+        chunk = self.handle.read(max(JSON_CHUNK_CHARS, chars))
         if not chunk:
             self.eof = True
             return False
@@ -397,21 +677,34 @@ class _JsonStream:
         self.position += count
 
     def value(self) -> Any:
-        """The next JSON value, decoded whole."""
+        """The next JSON value, decoded whole (nested at most MAX_DEPTH levels)."""
         self.next_char()
         while True:
             try:
                 value, end = self.decoder.raw_decode(self.buffer, self.position)
+            except RecursionError:
+                raise self._too_deep() from None
             except json.JSONDecodeError as error:
                 # An error at the end of what is read may only mean the value goes on.
-                if len(self.buffer) - self.position > LINE_MAX_BYTES:
-                    line = self.line + self.buffer.count("\n", 0, self.position)
-                    raise _Stop(Finding.of(KEY, "data-line-too-long", file=self.shown, line=line, limit=_mb(LINE_MAX_BYTES))) from None
-                if self._more():
+                pending = len(self.buffer) - self.position
+                if pending > LINE_MAX_BYTES:
+                    raise _Stop(Finding.of(KEY, "data-line-too-long", file=self.shown, line=self._line_at(self.position), limit=_mb(LINE_MAX_BYTES))) from None
+                # As much again as is pending (up to the limit): a long element is decoded a
+                # few times over, not once per chunk.
+                if self._more(min(pending, LINE_MAX_BYTES + 1 - pending)):
                     continue
                 self.fail(error.msg, error.pos)
+            if _brackets(self.buffer, self.position, end) > MAX_DEPTH and _nesting_deeper_than(value, MAX_DEPTH):
+                raise self._too_deep()
             self.position = end
             return value
+
+    def _line_at(self, at: int) -> int:
+        return self.line + self.buffer.count("\n", 0, at)
+
+    def _too_deep(self) -> _Stop:
+        where = _where("line", self._line_at(self.position))
+        return _Stop(Finding.of(KEY, "data-json-too-deep", file=self.shown, where=where, limit=MAX_DEPTH))
 
     def expect_end(self) -> None:
         if self.next_char():
@@ -427,17 +720,41 @@ class _JsonStream:
 # --- guessing the layout ----------------------------------------------------------------------
 
 
-def _find(columns: list[str], names: tuple[str, ...], allowed: set[str] | None = None) -> str | None:
-    """The first of `names` among `columns` (exact first, then ignoring case)."""
+def _find(columns: list[str], names: tuple[str, ...], allowed: set[str] | None = None, near: dict[str, str] | None = None) -> str | None:
+    """The first of `names` among `columns`, as `_find_named`."""
+    found = _find_named(columns, names, allowed, near)
+    return found[0] if found else None
+
+
+def _find_named(columns: list[str], names: tuple[str, ...], allowed: set[str] | None = None, near: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(column, the name it was found by), as `_find`: the names in their order, each spelt
+    exactly, then in any case, then nearly (so "instrution" is the instruction before an
+    "input" is taken for one)."""
     pool = [c for c in columns if allowed is None or c in allowed]
-    for name in names:
-        if name in pool:
-            return name
     lowered = {c.lower(): c for c in pool}
     for name in names:
+        if name in pool:
+            return name, name
         if name in lowered:
-            return lowered[name]
+            return lowered[name], name
+        column = (near or {}).get(name)
+        if column is not None and column in pool:
+            return column, name
     return None
+
+
+def _near_names(columns: list[str]) -> dict[str, str]:
+    """Known role names -> the column whose header is a near miss of one ("instrution" ->
+    "instruction"), for names no column spells out (first such column wins)."""
+    lowered = {c.lower() for c in columns}
+    near: dict[str, str] = {}
+    for column in columns[:MAX_COLUMNS]:
+        if column.lower() in _KNOWN_NAMES or len(column) > 64:
+            continue
+        close = difflib.get_close_matches(column.lower(), _KNOWN_NAMES, n=1, cutoff=NEAR_NAME_CUTOFF)
+        if close and close[0] not in lowered and close[0] not in near:
+            near[close[0]] = column
+    return near
 
 
 def _turn_keys(rows: list[dict], column: str) -> tuple[set[str], set[str]] | None:
@@ -460,11 +777,25 @@ def _turn_keys(rows: list[dict], column: str) -> tuple[set[str], set[str]] | Non
     return (keys, roles) if seen else None
 
 
-def _guess(columns: list[str], rows: list[dict]) -> tuple[ColumnMapping | None, bool]:
+@dataclass(frozen=True)
+class _NearName:
+    column: str  # the file's header
+    name: str  # the role's name it nearly spells
+    role: str  # the LLaMA-Factory role it is read as
+
+
+def _guess(columns: list[str], rows: list[dict], near_names: bool = False) -> tuple[ColumnMapping | None, bool]:
     """(mapping, whether it rests on an alias) from the first rows; the first row's keys
-    decide the layout's required columns (so a file that mixes layouts reads as its first)."""
+    decide the layout's required columns (so a file that mixes layouts reads as its first).
+    With `near_names`, a header one letter or so off a role's name is read as that name."""
+    mapping, alias, _ = _guess_named(columns, rows, near_names)
+    return mapping, alias
+
+
+def _guess_named(columns: list[str], rows: list[dict], near_names: bool = False) -> tuple[ColumnMapping | None, bool, tuple[_NearName, ...]]:
+    """`_guess`, and the headers read by a near miss of a role's name."""
     if not rows:
-        return None, False
+        return None, False, ()
     first = set(rows[0]) if isinstance(rows[0], dict) else set(columns)
     system = _find(columns, ("system",))
     # Conversations: a column of lists of turns.
@@ -485,34 +816,52 @@ def _guess(columns: list[str], rows: list[dict]) -> tuple[ColumnMapping | None, 
             continue
         alias = column not in ("conversations", "messages") or tags != dict(_DEFAULT_TAGS[layout])
         mapped = (("messages", column),) + ((("system", system),) if system else ())
-        return ColumnMapping(layout, mapped, tuple(tags.items())), alias
+        return ColumnMapping(layout, mapped, tuple(tags.items())), alias, ()
     # A conversations/messages column that holds no list (text in a CSV): read it as one, so
     # the rows' check says what each row holds instead of "layout not found".
     for column, layout in (("conversations", "sharegpt"), ("messages", "openai")):
         if column in first:
             mapped = (("messages", column),) + ((("system", system),) if system else ())
-            return ColumnMapping(layout, mapped, _DEFAULT_TAGS[layout]), False
-    prompt = _find(columns, _PROMPT_NAMES, first)
-    response = _find(columns, _RESPONSE_NAMES, first)
-    if prompt and response and prompt != response:
+            return ColumnMapping(layout, mapped, _DEFAULT_TAGS[layout]), False, ()
+    near = _near_names(columns) if near_names else {}
+    used: list[_NearName] = []
+
+    def named(names: tuple[str, ...], role: str, allowed: set[str] | None = None) -> str | None:
+        found = _find_named(columns, names, allowed, near)
+        if found is None:
+            return None
+        column, name = found
+        if column.lower() != name:
+            used.append(_NearName(column, name, role))
+        return column
+
+    prompt_found = _find_named(columns, _PROMPT_NAMES, first, near)
+    response_found = _find_named(columns, _RESPONSE_NAMES, first, near)
+    if prompt_found and response_found and prompt_found[0] != response_found[0]:
+        (prompt, prompt_name), (response, response_name) = prompt_found, response_found
+        for column, name, role in ((prompt, prompt_name, "prompt"), (response, response_name, "response")):
+            if column.lower() != name:
+                used.append(_NearName(column, name, role))
         mapped = [("prompt", prompt)]
-        query = _find(columns, ("input",)) if prompt.lower() == "instruction" else None
+        query = named(("input",), "query") if prompt_name == "instruction" else None
         if query and query != response:
             mapped.append(("query", query))
+        if system is None:
+            system = named(("system",), "system")
         mapped.append(("response", response))
         if system:
             mapped.append(("system", system))
-        history = _find(columns, ("history",))
+        history = named(("history",), "history")
         if history:
             mapped.append(("history", history))
-        alias = not (prompt == "instruction" and response == "output")
-        return ColumnMapping("alpaca", tuple(mapped)), alias
-    text = _find(columns, _TEXT_NAMES, first)
+        alias = not (prompt_name == "instruction" and response_name == "output")
+        return ColumnMapping("alpaca", tuple(mapped)), alias, tuple(used)
+    text = named(_TEXT_NAMES, "prompt", first)
     if text is None and len(columns) == 1 and isinstance(rows[0], dict) and isinstance(rows[0].get(columns[0]), str):
         text = columns[0]
     if text:
-        return ColumnMapping("text", (("prompt", text),)), text != "text"
-    return None, False
+        return ColumnMapping("text", (("prompt", text),)), text != "text", tuple(used)
+    return None, False, ()
 
 
 # --- checking every row -----------------------------------------------------------------------
@@ -785,13 +1134,13 @@ def inspect_dataset(path: Path, shown_name: str, mapping: ColumnMapping | None =
             if handle.read(3) == codecs.BOM_UTF8:
                 return _refused(path, file_format, mapping, Finding.of(KEY, "data-bom", file=shown_name))
     try:
-        return _inspect(path, file_format, shown_name, mapping)
+        return _inspect(path, file_format, shown_name, mapping, max_bytes)
     except OSError as error:
         return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=error.strerror or str(error)))
 
 
-def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | None) -> Inspection:
-    reader = _Reader(path, file_format, shown)
+def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Inspection:
+    reader = _Reader(path, file_format, shown, decoded_max=max_bytes)
     findings: list[Finding] = []
     columns: dict[str, None] = {}  # in the order first seen
 
@@ -808,12 +1157,17 @@ def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | No
                 break
     except _Stop:
         pass  # pass 2 meets it again and reports it with the rows counted so far
+    except MemoryError:
+        first_rows, preview_cells = [], []
+        where = _where(reader.unit, max(reader.at, 1))  # not read twice: it took the whole cap once
+        return Inspection(path, reader.file_format, 0, (), (), (), given, (Finding.of(KEY, "data-memory", file=shown, where=where, limit=f"{memory_cap_mib()}"),))
     first_columns = list(dict.fromkeys(str(k) for row in first_rows for k in row))
     guessed = False
     mapping = given
     alias = False
+    near: tuple[_NearName, ...] = ()
     if mapping is None:
-        mapping, alias = _guess(first_columns, first_rows)
+        mapping, alias, near = _guess_named(first_columns, first_rows, near_names=True)
         guessed = mapping is not None
     first_rows = []  # not kept past the guess: a row may be megabytes
 
@@ -828,6 +1182,10 @@ def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | No
                 stopped = Finding.of(KEY, "data-row-not-object", file=shown, where=_where(reader.unit, number), kind=_kind(row))
                 break
             rows += 1
+            if rows > MAX_ROWS:
+                stopped = Finding.of(KEY, "data-too-many-rows", message="data-too-many-rows-read", file=shown, where=_where(reader.unit, number), limit=f"{MAX_ROWS:,}")
+                rows -= 1
+                break
             for name, value in row.items():
                 name = str(name)
                 if name not in columns:
@@ -840,12 +1198,16 @@ def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | No
                 check.add(number, row)
     except _Stop as stop:
         stopped = stop.finding
+    except MemoryError:
+        # Under the reading process's memory cap (backend/data/reading.py): one row held more
+        # than the cap allows (millions of tiny values, a field the checks could not see).
+        stopped = Finding.of(KEY, "data-memory", file=shown, where=_where(reader.unit, max(reader.at, 1)), limit=f"{memory_cap_mib()}")
     column_list = tuple(columns)
     empty_share = tuple((c, round(1 - filled.get(c, 0) / rows, 4) if rows else 1.0) for c in column_list)
     preview = tuple(tuple(cells.get(c, "") for c in column_list) for cells in preview_cells)
 
-    def result(found: list[Finding]) -> Inspection:
-        return Inspection(path, reader.file_format, rows, column_list, empty_share, preview, mapping, tuple(found), guessed)
+    def result(found: list[Finding], shown_mapping: ColumnMapping | None = None) -> Inspection:
+        return Inspection(path, reader.file_format, rows, column_list, empty_share, preview, shown_mapping or mapping, tuple(found), guessed)
 
     if stopped is not None:
         return result([stopped])
@@ -860,20 +1222,52 @@ def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | No
     bad_mapping = _mapping_findings(mapping, list(column_list), shown)
     if bad_mapping:
         return result(findings + bad_mapping)
+    # A role's column empty in every row: the model would learn from nothing there. RocBoard's
+    # own guess leaves an optional one out (an alpaca "input" nobody filled); a required one,
+    # or one the user chose, is a problem.
+    shares = dict(empty_share)
+    dropped: list[str] = []
+    kept: list[tuple[str, str]] = []
+    required = dict(roles_of(mapping.layout))
+    for role, column in mapping.columns:
+        if (role in _ALL_EMPTY_ROLES if mapping.layout == "alpaca" else role == "system") and shares.get(column, 1.0) >= 1.0:
+            if guessed and not required.get(role, False):
+                dropped.append(column)
+                findings.append(Finding.of(KEY, "data-column-all-empty", message="data-column-all-empty-left-out", severity="warning", file=shown, column=repr(column), role=role))
+                continue
+            findings.append(Finding.of(KEY, "data-column-all-empty", file=shown, column=repr(column), role=role))
+        kept.append((role, column))
+    if dropped:
+        mapping = ColumnMapping(mapping.layout, tuple(kept), mapping.tags)
+    for read in near:
+        if (read.role, read.column) in mapping.columns:
+            findings.insert(0, Finding.of(KEY, "data-column-near-name", severity="warning", file=shown, column=repr(read.column), name=repr(read.name), role=read.role))
+    all_empty = {f.params.get("column") for f in findings if f.rule == "data-column-all-empty" and f.severity == "problem"}
     if alias:
         pairs = ", ".join(f"{role} ← {column!r}" for role, column in mapping.columns)
         findings.append(Finding.of(KEY, "data-layout-guessed", severity="warning", file=shown, layout=mapping.layout, pairs=pairs))
     if check is not None:
-        findings += check.findings(shown)
-    shares = dict(empty_share)
+        # An all-empty prompt column already says what "neither an instruction nor an input" would.
+        findings += [f for f in check.findings(shown) if not (f.rule == "data-prompt-empty" and repr(f.params.get("column")) in all_empty)]
     for role, column in mapping.columns:
         if role in ("prompt", "messages") and 0.5 < shares.get(column, 0) < 1:
             findings.append(Finding.of(KEY, "data-column-mostly-empty", severity="warning", file=shown, column=repr(column), share=f"{shares[column] * 100:.0f}"))
     mapped = {column for _, column in mapping.columns}
-    unread = [c for c in column_list if c not in mapped and c not in media]
+    unread = [c for c in column_list if c not in mapped and c not in media and c not in dropped]
     if unread:
         findings.append(Finding.of(KEY, "data-columns-unread", severity="warning", file=shown, columns=_names(unread)))
-    return result(findings)
+    return result(findings, mapping)
+
+
+# Roles whose column, empty in every row, is a finding of its own (a response, a conversation
+# and a plain text are checked row by row already).
+_ALL_EMPTY_ROLES = ("prompt", "query", "system", "history")
+
+
+def memory_cap_mib() -> int:
+    """The memory a reading process may take beyond what it started with, in MiB (what a
+    `data-memory` finding names): the reading process sets READ_MEMORY_MIB to its own cap."""
+    return READ_MEMORY_MIB
 
 
 __all__ = [

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.findings import Finding
-from backend.i18n import translate
+from backend.i18n import Message, translate
 from backend.llama_factory.check import last_json_line
 from backend.security.child_env import child_env
 
@@ -166,6 +166,8 @@ def _refusal(model_path: str, template: str, dataset_dir: str, dataset: str) -> 
         return Finding.of(KEY, "lengths-no-dataset", dataset=dataset, path=str(info_path)[:300])
     except (OSError, ValueError) as exc:
         return Finding.of(KEY, "lengths-dataset-unreadable", dataset=dataset, error=f"{info_path.name}: {exc}"[:ERROR_CHARS])
+    except RecursionError:  # nested a thousand levels deep: not a dataset_info.json RocBoard wrote
+        return Finding.of(KEY, "lengths-dataset-unreadable", dataset=dataset, error=Message("data.registry.too_deep", file=info_path.name))
     if not isinstance(info, dict) or dataset not in info:
         return Finding.of(KEY, "lengths-no-dataset", dataset=dataset, path=str(info_path)[:300])
     return None

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from backend.config.paths import path_problem
-from backend.data.dataset_file import ColumnMapping, Inspection, dataset_info_entry, inspect_dataset
+from backend.data.dataset_file import ColumnMapping, Inspection, dataset_info_entry
+from backend.data.reading import inspect_bounded
 from backend.findings import Finding
+from backend.i18n import Message
 from backend.runs.safe_files import make_dir, open_dir_in_run, open_in_run, read_bytes, write_atomic
 
 DATASETS_DIRNAME = "datasets"
@@ -76,6 +78,9 @@ class DatasetRegistry:
             info = json.loads(data.decode("utf-8"))
         except ValueError as error:
             raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=str(error))]) from None
+        except RecursionError:  # nested a thousand levels deep: RocBoard never writes that
+            error = Message("data.registry.too_deep", file=DATASET_INFO)
+            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=error)]) from None
         if not isinstance(info, dict):
             raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error="not a JSON object")])
         return info
@@ -163,13 +168,13 @@ class DatasetRegistry:
         refused = self._upload_findings(Path(uploaded), shown)
         if refused:
             return Inspection(Path(uploaded), "", 0, (), (), (), mapping, tuple(refused))
-        return inspect_dataset(Path(uploaded), shown, mapping, max_bytes=self.max_upload_bytes)
+        return inspect_bounded(Path(uploaded), shown, mapping, max_bytes=self.max_upload_bytes)
 
     def inspect_server_path(self, raw: str, mapping: ColumnMapping | None = None) -> Inspection:
         real, findings = self.check_server_path(raw)
         if real is None:
             return Inspection(Path(raw or ""), "", 0, (), (), (), mapping, tuple(findings))
-        return inspect_dataset(real, str(real), mapping)
+        return inspect_bounded(real, str(real), mapping)
 
     # --- adding --------------------------------------------------------------------------------
 
