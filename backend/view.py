@@ -102,15 +102,50 @@ def finding_text(finding: Finding, locale: str = "en") -> tuple[str, str]:
 
 def field_messages(findings: list[Finding], fields: tuple[str, ...], locale: str = "en") -> dict[str, str]:
     """The message to show next to each form field (empty where nothing is wrong)."""
-    messages: dict[str, list[str]] = {name: [] for name in fields}
+    return {name: text for name, (text, _) in field_notes(findings, fields, locale).items()}
+
+
+def field_notes(findings: list[Finding], fields: tuple[str, ...], locale: str = "en") -> dict[str, tuple[str, str]]:
+    """Per form field: (the line under its label, its severity: "problem", "warning" or "" where
+    nothing is wrong). Each finding says what it is with a mark and a word ("✗ Problem:",
+    "⚠ Warning:"), the Doctor's marks: the page colours the field by the severity too, but
+    colour is never the only sign."""
+    notes: dict[str, list[str]] = {name: [] for name in fields}
+    severities: dict[str, str] = {name: "" for name in fields}
     for finding in findings:
         name = field_for(finding.key)
-        if name in messages:
-            mark = "⚠" if finding.severity == "problem" else "ℹ"
+        if name in notes:
+            severity = "problem" if finding.severity == "problem" else "warning"
             problem, fix = finding_text(finding, locale)
             # A field's info line is Markdown too (Gradio renders it): escaped like the panel.
-            messages[name].append(f"{mark} {markdown_message(problem)} {t('word.fix', locale)}: {markdown_message(fix)}")
-    return {name: " ".join(lines) for name, lines in messages.items()}
+            line = t(f"field_note.{severity}", locale, problem=markdown_message(problem), fix=markdown_message(fix))
+            notes[name].append(f"{DOCTOR_ICONS[severity]} {line}")
+            if severity == "problem" or not severities[name]:
+                severities[name] = severity
+    return {name: (" ".join(lines), severities[name]) for name, lines in notes.items()}
+
+
+def start_blockers(findings: list[Finding], fields: tuple[str, ...]) -> list[str]:
+    """The form fields whose problems hold Start back, in the form's order; a problem about a
+    key no field writes is named by its key (never dropped: Start would be disabled for no
+    reason the page shows)."""
+    keys = [field_for(f.key) for f in findings if f.severity == "problem"]
+    named = [name for name in fields if name in keys]
+    return named + [key for key in dict.fromkeys(keys) if key not in fields]
+
+
+def start_reason_markdown(blockers: list[str], locale: str = "en", refused: bool = False) -> str:
+    """Beside Start, in the action bar: what to fix before Start can act ("" when nothing).
+    `refused`: a Start was pressed and its checks (LLaMA-Factory's own among them) refused it."""
+    if not blockers:
+        return ""
+
+    def named(name: str) -> str:
+        key = f"label.{name}"
+        return f"**{escape_markdown(t(key, locale))}**" if key in CATALOGUE[DEFAULT_LOCALE] else code_span(name, 64)
+
+    fields = t("actions.separator", locale).join(named(name) for name in blockers)
+    return f"{DOCTOR_ICONS['problem']} " + t("actions.refused" if refused else "actions.fix_first", locale, fields=fields)
 
 
 def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
@@ -173,19 +208,31 @@ class Progress:
     step: int
     total: int
     percent: float
-    elapsed: str
-    remaining: str
+    elapsed_s: float | None  # since the trainer started; None: not started
+    remaining_s: float | None  # LLaMA-Factory's estimate; None: it gave none
     throughput: float | None
 
 
-def wall_time(snapshot: RunSnapshot, now: float | None = None) -> str:
-    """Time since the trainer started (model loading included), as H:MM:SS."""
+def wall_time(snapshot: RunSnapshot, now: float | None = None) -> float | None:
+    """Seconds since the trainer started (model loading included); None before it started."""
     run = snapshot.run
     if run.started_at is None:
-        return ""
+        return None
     end = run.ended_at if run.ended_at is not None else (time.time() if now is None else now)
-    seconds = max(0, int(end - run.started_at))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    return max(0.0, end - run.started_at)
+
+
+_CLOCK = re.compile(r"^(?:(\d+) days?, )?(\d+):(\d{2}):(\d{2})$")
+
+
+def clock_seconds(text: str) -> float | None:
+    """LLaMA-Factory's "H:MM:SS" (Python's str(timedelta), "1 day, 2:03:04" past a day) in
+    seconds; None for anything else."""
+    match = _CLOCK.match(str(text or "").strip())
+    if match is None:
+        return None
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | None:
@@ -195,7 +242,7 @@ def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | N
     total = max(latest.total_steps, 1)
     percent = latest.percentage if latest.percentage is not None else 100.0 * latest.step / total
     throughput = next((p.throughput for p in reversed(snapshot.points) if p.throughput), None)
-    return Progress(latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), latest.remaining, throughput)
+    return Progress(latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), clock_seconds(latest.remaining), throughput)
 
 
 def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
@@ -210,10 +257,13 @@ def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
                 return _bar(100.0, t("eval.panel.done", locale))
         return _bar(0.0, t(key, locale))
     parts = [t("progress.step", locale, step=progress.step, total=progress.total), f"{progress.percent:.0f} %"]
-    if progress.elapsed:
-        parts.append(t("progress.elapsed", locale, elapsed=progress.elapsed))
-    if snapshot is not None and snapshot.run.active and progress.remaining:
-        parts.append(t("progress.eta", locale, eta=progress.remaining))
+    # Durations in the page's units, by the one formatter the runs table uses too.
+    from backend.runs.history import format_duration
+
+    if progress.elapsed_s is not None:
+        parts.append(t("progress.elapsed", locale, elapsed=format_duration(progress.elapsed_s, locale)))
+    if snapshot is not None and snapshot.run.active and progress.remaining_s is not None:
+        parts.append(t("progress.eta", locale, eta=format_duration(progress.remaining_s, locale)))
     if progress.throughput:
         parts.append(t("progress.throughput", locale, rate=f"{progress.throughput:,.0f}"))
     return _bar(progress.percent, " · ".join(parts))
@@ -274,8 +324,7 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     if snapshot is None:
         return t("status.idle", locale)
     run = snapshot.run
-    # status.line puts the id in a code span itself: only a backtick in it needs replacing.
-    lines = [t("status.line", locale, state=t(f"state.{run.state}", locale), run_id=code_span(run.id)[1:-1])]
+    lines = [status_headline(snapshot, locale)]
     if where:
         lines.append(where)
     evaluation = getattr(run, "kind", "train") == "evaluate"
@@ -310,16 +359,28 @@ def status_markdown(snapshot: RunSnapshot | None, cause: str = "", fix: str = ""
     return "  \n".join(lines)
 
 
+def status_headline(snapshot: RunSnapshot | None, locale: str = "en") -> str:
+    """The status's first line (the run's state and id), for the action bar: in view where
+    Start, Stop and Resume are pressed, however far down the form is scrolled."""
+    if snapshot is None:
+        return ""
+    # status.line puts the id in a code span itself: only a backtick in it needs replacing.
+    return t("status.line", locale, state=t(f"state.{snapshot.run.state}", locale), run_id=code_span(snapshot.run.id)[1:-1])
+
+
 def starting_markdown(locale: str = "en") -> str:
     """The status from the moment Start is accepted until the trainer's run exists."""
     return t("status.starting", locale)
 
 
-def form_mode_markdown(editing: bool, run_id: str | None, locale: str = "en") -> str:
+def form_mode_markdown(editing: bool, run_id: str | None, locale: str = "en", draft: bool = False) -> str:
     """Which settings the form shows: a run's (read-only), or a new run's (editable, from a
-    run's settings when `run_id` is given)."""
+    run's settings when `run_id` is given; `draft`: a new run's form kept in this browser,
+    brought back by a reload: never a run's settings)."""
     if not editing and run_id:
         return t("form.mode_run", locale, run_id=code_span(run_id)[1:-1])
+    if draft:
+        return t("form.mode_draft", locale)
     if run_id:
         return t("form.mode_new_from", locale, run_id=code_span(run_id)[1:-1])
     return t("form.mode_new", locale)
@@ -435,9 +496,12 @@ def preset_notes_markdown(preset, locale: str = "en") -> str:
     parts = [code_span(preset.gfx_target)]
     if preset.vram_gb:
         parts.append(f"{preset.vram_gb:g} GB × {preset.devices_per_node}")
-    parts.append(t("preset.bf16" if preset.bf16 else "preset.no_bf16", locale))
+    # The precision the preset puts in the form (fp32 on the CPU, fp16 on RDNA2): the line,
+    # the form and the Doctor say the same.
+    parts.append(t("preset.bf16", locale) if preset.bf16 else t("preset.no_bf16", locale, precision=preset.precision))
     if preset.env:
-        parts.append("env: " + ", ".join(code_span(f"{k}={v}") for k, v in preset.env))
+        parts.append(t("preset.env", locale, vars=", ".join(code_span(f"{k}={v}") for k, v in preset.env)))
+
     text = " · ".join(parts)
     notes = preset.notes_zh if locale.startswith("zh") and preset.notes_zh else preset.notes
     return f"{text}  \n{markdown_message(notes)}" if notes else text

@@ -163,7 +163,8 @@ def test_bad_form_input_is_explained_next_to_each_field_and_starts_nothing(app_s
     page.locator("#precision label", has_text="bf16").click()
     page.wait_for_selector("#precision input[value=bf16][aria-checked=true]", timeout=UI_TIMEOUT_MS)
     fill(page, "learning-rate", "-1e-4")
-    page.locator("#start").click()
+    # The live checks mark both fields and Start cannot act (the bar says what to fix first).
+    page.wait_for_function("() => document.querySelector('#start').disabled", timeout=UI_TIMEOUT_MS)
 
     lr_text = wait_for_text(page, "#learning-rate", "allowed range")
     assert "Learning rate is -0.0001, outside its allowed range (0, 1]" in lr_text
@@ -533,7 +534,7 @@ def test_the_language_choice_survives_a_reload_and_the_runs_table_has_its_column
     page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=zh_start, timeout=UI_TIMEOUT_MS)
     assert page.locator("#language input[value='zh-CN']").is_checked()
     page.get_by_role("tab", name=translate("tab.runs", "zh-CN")).click()
-    for column in ("learning_rate", "length", "dataset", "best_eval_loss"):
+    for column in ("state", "where", "best_eval_loss", "duration", "started"):
         wait_for_text(page, "#runs-table", translate(f"runs.column.{column}", "zh-CN"))
     shoot(page, "runs-zh-CN")
     # Back to English, kept as well.

@@ -142,6 +142,11 @@ def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
 
+@pytest.mark.parametrize("seconds, text", [(None, ""), (2, "2 秒"), (11, "11 秒"), (65, "1 分 05 秒"), (3600 + 120, "1 小时 02 分")])
+def test_format_duration_speaks_chinese(seconds, text):
+    assert format_duration(seconds, "zh-CN") == text
+
+
 @pytest.mark.parametrize(
     "model, short",
     [("/work/main/demo/model", "demo/model"), ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"), ("./m", "./m"), ("/m", "/m")],

@@ -34,6 +34,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 SAME_IN_EVERY_LANGUAGE = {
     "app.title",
     "estimate.fix.sentence",  # only punctuation around the changes, each of which is translated
+    "actions.separator",  # the punctuation between field names: ", " and "、"
     # the doctor's checks named by the tool or variable they check, and lines of bare values
     "doctor.name.visible_devices",
     "doctor.name.bf16",
@@ -354,6 +355,7 @@ def _lf_findings(monkeypatch: pytest.MonkeyPatch) -> list[Finding]:
         "Please provide `model_name_or_path`.",
         "--logging_strategy requires non-zero --logging_steps",
         "--save_strategy requires non-zero --save_steps",
+        "Please make sure eval_dataset be provided or val_size >1e-6",
         "`lora_target` must be given for lora training.",
         "Something else entirely went wrong.",
     ]
@@ -416,7 +418,8 @@ def test_the_import_speaks_chinese_about_the_guide_mistakes() -> None:
     assert chinese["lerning_rate"].fix == "请删除它（你是不是想写 `learning_rate`？它已经设置过了）。"
     assert chinese["ddp_backend"].problem.startswith("ddp_backend 'pytorch' 不是有效的后端")
     assert "`ddp_backend: nccl`" in chinese["ddp_backend"].fix
-    assert chinese["bf16"].fix == "bf16 和 fp16 只能设置一个：保留 `bf16: true`（AMD Radeon RX 7900 XTX (24 GB) 支持 bf16）。"
+    # The preset's name too: its file's Chinese name (display_name_zh).
+    assert chinese["bf16"].fix == "bf16 和 fp16 只能设置一个：保留 `bf16: true`（AMD Radeon RX 7900 XTX（24 GB） 支持 bf16）。"
     assert translate_finding(result.findings[0], "en") == result.findings[0]
 
 

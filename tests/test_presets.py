@@ -42,11 +42,20 @@ def test_hardware_facts(preset_id: str) -> None:
 
 
 def test_dropdown_order() -> None:
-    order = list(PRESETS)
-    assert order[:3] == ["cpu-demo", "mi300x", "rx7900xtx"]
-    assert [PRESETS[i].order for i in order[:3]] == [0, 10, 20]
-    assert all(PRESETS[i].order > 20 for i in order[3:])
+    # The default first; then by family and size: Instinct, Radeon PRO, Radeon RX.
+    assert list(PRESETS) == ["cpu-demo", "mi325x", "mi300x", "mi250", "w7900", "rx7900xtx", "rx7900xt", "rx7800xt", "rx6900xt"]
     assert len({p.order for p in PRESETS.values()}) == len(PRESETS)
+
+
+@pytest.mark.parametrize("preset_id", sorted(EXPECTED))
+def test_every_preset_has_a_chinese_name_that_is_its_own(preset_id: str) -> None:
+    from backend.i18n import localized
+
+    preset = PRESETS[preset_id]
+    assert preset.display_name_zh and preset.name("zh-CN") == preset.display_name_zh and preset.name("en") == preset.display_name
+    # A finding carries the name as a value: each language renders its own.
+    assert localized(preset.label, "zh-CN") == preset.display_name_zh and str(preset.label) == preset.display_name
+    assert "demo" not in PRESETS["cpu-demo"].name("zh-CN")
 
 
 def test_gfx_override_only_where_rocm_lacks_the_target() -> None:

@@ -61,13 +61,13 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         # Each visit offers the runs on disk now (runs finished, made or deleted elsewhere).
         for tab, wired in try_tabs.values():
             if "refresh" in wired:
-                tab.select(wired["refresh"], locale_state, wired["refresh_outputs"], show_progress="hidden")
+                tab.select(wired["refresh"], wired.get("refresh_inputs", locale_state), wired["refresh_outputs"], show_progress="hidden")
         strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str, mode: dict):
             """Every label in `locale`, and the run panel redrawn in it (the idle one too: its
             texts were written in English when the page was built)."""
-            mode_line = view.form_mode_markdown(bool(mode.get("editing", True)), mode.get("run_id"), locale)
+            mode_line = view.form_mode_markdown(bool(mode.get("editing", True)), mode.get("run_id"), locale, draft=bool(mode.get("draft")))
             return [locale, *texts.updates(locale), board.preset_notes(preset_id, locale), mode_line, *train.render(run_id, None, locale, mode)]
 
         relabelled = language.change(
@@ -81,12 +81,16 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
         run_on = train.fields["run_on"]
         language.change(lambda locale: gr.update(choices=view.run_on_choices(locale)), language, run_on, show_progress="hidden")
+        # The presets' names are their files' words, in each language (display_name_zh).
+        preset = train.fields["preset"]
+        language.change(lambda locale: gr.update(choices=board.preset_choices(locale)), language, preset, show_progress="hidden")
         # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
         language.input(lambda locale: locale, language, saved_locale, show_progress="hidden")
 
-        def on_load(preset_id: str, saved: object, request: gr.Request):
+        def on_load(preset_id: str, saved: object, saved_draft: object, request: gr.Request):
             """A new tab: the language picked before in this browser, else the browser's, and
-            the active (or latest) run with its full charts."""
+            the training run training here (or the latest) with its full charts; the form is
+            the draft this browser kept, if any, else that run's settings."""
             locale = pick_locale(request.headers.get("accept-language") if request else None, saved if isinstance(saved, str) else None)
             run = board.run_to_show()
             return [
@@ -96,13 +100,14 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 board.preset_notes(preset_id, locale),
                 gr.update(choices=view.strategy_choices(locale)),
                 gr.update(choices=view.run_on_choices(locale)),
-                *train.open_run(run.id if run else None, locale),
+                gr.update(choices=board.preset_choices(locale)),
+                *train.open_first(run.id if run else None, saved_draft, locale),
             ]
 
         loaded = page.load(
             on_load,
-            [train.fields["preset"], saved_locale],
-            [locale_state, language, *texts.widgets, train.preset_notes, strategy, run_on, *train.open_outputs],
+            [train.fields["preset"], saved_locale, train.draft],
+            [locale_state, language, *texts.widgets, train.preset_notes, strategy, run_on, preset, *train.open_outputs],
             show_progress="hidden",
         )
         train.then_derive(loaded)

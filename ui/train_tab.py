@@ -11,6 +11,7 @@ import gradio as gr
 from backend import view
 from backend.config import schema
 from backend.service import RocBoard, RunView, demo_form
+from backend.service.draft import NO_DRAFT, draft_of, form_from_draft
 from backend.service.live import digest
 from ui.live import live_state_html
 from ui.widgets import Texts
@@ -98,13 +99,29 @@ CHART_HOST = '<div class="rb-chart"></div>'
 # The action bar stays in view at the bottom of the window while the form scrolls (a
 # 1000-px-high window otherwise puts Start 700 px below the fold), in both languages.
 # Gradio's container has overflow: hidden, which would make it the bar's scroll box (and
-# the bar never stick); `clip` cuts the same overflow without being one.
+# the bar never stick); `clip` cuts the same overflow without being one. Above the fields it
+# passes over: Gradio lifts a field's label to z-index 40 (--layer-4), under its option
+# lists (--layer-top). The bar's own two lines say why Start waits and what the run shown
+# does, where the buttons are pressed.
+# A field's line under its label: red for a problem, amber for a warning (with the mark and
+# the word: colour is never the only sign), the field's frame too (an outline drawn inside
+# the field: its group clips anything outside).
 ACTIONS_CSS = """
 .rb-hidden { display: none !important; }
 .rb-chart { width: 100%; min-height: 340px; }
 .gradio-container { overflow: clip !important; }
-#actions { position: sticky; bottom: 0; z-index: 20; background: var(--background-fill-primary);
-  padding: 8px 0; border-top: 1px solid var(--border-color-primary); }
+#actions { position: sticky; bottom: 0; z-index: 50; background: var(--background-fill-primary);
+  padding: 8px 0; border-top: 1px solid var(--border-color-primary); gap: 4px; }
+#actions .prose, #actions .prose p { margin: 0; font-size: 0.9em; }
+#start-reason, #start-reason * { color: #b91c1c !important; }
+.dark #start-reason, .dark #start-reason * { color: #f87171 !important; }
+.rb-field-problem { outline: 2px solid #b91c1c; outline-offset: -2px; }
+.rb-field-problem [data-testid=block-info] + div, .rb-field-problem [data-testid=block-info] + div * { color: #b91c1c !important; }
+.rb-field-warning { outline: 2px solid #d97706; outline-offset: -2px; }
+.rb-field-warning [data-testid=block-info] + div, .rb-field-warning [data-testid=block-info] + div * { color: #92400e !important; }
+.dark .rb-field-problem [data-testid=block-info] + div, .dark .rb-field-problem [data-testid=block-info] + div * { color: #f87171 !important; }
+.dark .rb-field-warning [data-testid=block-info] + div, .dark .rb-field-warning [data-testid=block-info] + div * { color: #fbbf24 !important; }
+#bar-status .pending, #start-reason .pending { animation: none !important; opacity: 1 !important; }
 #status .pending, #form-mode .pending { opacity: 1 !important; }
 /* The watcher refreshes these every second while a run trains: no "pending" flash (an
    animation the browser would paint for each refresh) and no relayout of the whole page. */
@@ -118,7 +135,7 @@ class TrainTab:
     fields: dict[str, Any]
     watched_run: Any
     shown_version: Any
-    mode: Any  # gr.State: {"editing": bool, "run_id": str | None}, what the form shows
+    mode: Any  # gr.State: {"editing": bool, "run_id": str | None, "draft": bool}, what the form shows
     run_outputs: list[Any]  # the run panel's components, in the order `show` and `render` update them
     open_outputs: list[Any]  # what `open_run` updates: the watched run, the form, the panel
     refresh: Any  # the hidden button the watcher script presses when the run shown changed (ui/live.py)
@@ -126,6 +143,8 @@ class TrainTab:
     render: Any  # (run_id, shown_version, locale, mode) -> updates for run_outputs
     open_run: Any  # (run_id, locale) -> updates for open_outputs: the form shows that run, read-only
     edit_form: Any  # (values, run_id, locale, notice) -> updates for open_outputs: an editable new run
+    open_first: Any  # (run_id, saved draft, locale) -> updates for open_outputs: a page just opened
+    draft: Any  # gr.BrowserState: this browser's draft (backend/service/draft.py)
     preset_notes: Any
     stop_on_nan: Any
     findings_box: Any
@@ -159,7 +178,12 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     shown_version = gr.State(None)  # what the tab last drew (see `render`): nothing is sent when unchanged
     # "intent": made anew each time the form opens for a new run; the backend makes one run of
     # two Starts of one intent (a double-click). The page's load gives each tab its own.
+    # "draft": the form is a draft this browser kept, brought back by a reload (the line above
+    # the form says so: a draft is never a run's settings).
     mode = gr.State({"editing": True, "run_id": None, "intent": ""})
+    # The form of a new run not started yet, kept in this browser's localStorage (a fixed key
+    # and secret: it survives a reload and a restart of the app): see backend/service/draft.py.
+    draft = gr.BrowserState(None, storage_key="rocboard-draft", secret="rocboard-draft")
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
             # Empty and read-only until the page's load event says whether the form shows a run
@@ -192,12 +216,17 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 preview_button = texts.value(gr.Button(texts("button.preview"), elem_id="preview"), "button.preview")
                 estimate_button = texts.value(gr.Button(texts("button.estimate"), elem_id="estimate-button"), "button.estimate")
             stop_on_nan = texts.label(gr.Checkbox(False, label=texts("label.stop_on_nan"), elem_id="stop-on-nan"), "label.stop_on_nan")
-            with gr.Row(elem_id="actions"):
-                # Narrow enough that Start, Stop and Resume share one line in a 360-px column.
-                start_button = texts.value(gr.Button(texts("button.start"), variant="primary", interactive=False, min_width=80, elem_id="start"), "button.start")
-                stop_button = texts.value(gr.Button(texts("button.stop"), variant="stop", interactive=False, min_width=80, elem_id="stop"), "button.stop")
-                resume_button = texts.value(gr.Button(texts("button.resume"), interactive=False, min_width=80, elem_id="resume"), "button.resume")
-                new_run_button = texts.value(gr.Button(texts("button.new_run"), visible=False, min_width=200, elem_id="new-run"), "button.new_run")
+            with gr.Column(elem_id="actions"):
+                with gr.Row():
+                    # Narrow enough that Start, Stop and Resume share one line in a 360-px column.
+                    start_button = texts.value(gr.Button(texts("button.start"), variant="primary", interactive=False, min_width=80, elem_id="start"), "button.start")
+                    stop_button = texts.value(gr.Button(texts("button.stop"), variant="stop", interactive=False, min_width=80, elem_id="stop"), "button.stop")
+                    resume_button = texts.value(gr.Button(texts("button.resume"), interactive=False, min_width=80, elem_id="resume"), "button.resume")
+                    new_run_button = texts.value(gr.Button(texts("button.new_run"), visible=False, min_width=200, elem_id="new-run"), "button.new_run")
+                # Why Start waits (the form's problems) or why it was refused: written by the
+                # live checks and by Start. The state of the run shown: written with the panel.
+                start_reason = gr.Markdown("", elem_id="start-reason")
+                bar_status = gr.Markdown("", elem_id="bar-status")
         with gr.Column(scale=3):
             status = gr.Markdown(view.status_markdown(None), elem_id="status")
             alert = gr.Markdown("", elem_id="alert")
@@ -230,6 +259,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     # The run panel: each member of a RunView and the component that shows it, by name.
     panel = {
         "status": status,
+        "bar": bar_status,
         "alert": alert,
         "progress": progress,
         "gpu_table": gpu_table,
@@ -249,20 +279,20 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         """The panel's updates for `run`, component by component; gr.skip() for what the tab
         already shows: all of it when the run's version is the one drawn, else each member
         whose value is the one last sent (`sent`: a digest per member; None: send all).
-        Start can act on an editable form while no run trains; Stop on a training run;
-        Resume on a stopped or failed run with a checkpoint."""
+        Start is disabled on a read-only form; on an editable one the live checks decide
+        (`on_form_change`: it can act when the form has no problem); Stop acts on a training
+        run; Resume on a stopped or failed run with a checkpoint."""
         if run.unchanged:
             return [gr.skip()] * len(panel)
         updates: dict[str, Any] = {
             "live": live_state_html(run.run_id, run.version, run.active, locale),
             "status": run.status,
+            "bar": run.headline,
             "alert": run.alert,
             "progress": run.progress,
             "gpu_table": run.gpu_table,
             "download": gr.update(value=None if run.download is None else str(run.download), interactive=run.download is not None),
             "log_tail": run.log_tail,
-            # While a run trains here, Start queues the new run behind it.
-            "start": gr.update(interactive=editing),
             "stop": gr.update(interactive=run.active),
             "resume": gr.update(interactive=run.resumable and not run.active),
         }
@@ -273,19 +303,24 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         # While a run trains only its progress and readings change from second to second:
         # each update re-renders its component in the browser, so what is already there is
         # not sent again.
+        if not editing:
+            updates["start"] = gr.update(interactive=False)
         digests = {name: digest(value) for name, value in updates.items()}
         if sent:
             updates = {name: value for name, value in updates.items() if sent.get(name) != digests[name]}
-        updates["version"] = {"version": run.version, "sent": {**(sent or {}), **digests}}
+        # Start's digest counts only while this panel decides it (a read-only form): an editable
+        # form's checks enable it meanwhile, and the next read-only form must disable it again.
+        sent_now = {name: value for name, value in {**(sent or {}), **digests}.items() if name != "start" or not editing}
+        updates["version"] = {"version": run.version, "sent": sent_now}
         return [updates.get(name, gr.skip()) for name in panel]
 
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
         return dict(zip(ALL_FIELDS, values))
 
     def field_updates(findings, locale: str = "en") -> list[Any]:
-        messages = view.field_messages(findings, ALL_FIELDS, locale)
+        notes = view.field_notes(findings, ALL_FIELDS, locale)
         # "" clears a warning; None would mean "leave it", and the old warning would stay.
-        return [gr.update(info=messages[name] or "") for name in ALL_FIELDS]
+        return [gr.update(info=notes[name][0] or "", elem_classes=[f"rb-field-{notes[name][1]}"] if notes[name][1] else []) for name in ALL_FIELDS]
 
     def editing_of(mode_value: Any) -> bool:
         return not isinstance(mode_value, dict) or bool(mode_value.get("editing", True))
@@ -325,16 +360,18 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             *render(run_id, None, locale, new_mode),
         ]
 
-    def edit_form(values: dict[str, Any] | None, run_id: str | None, locale: str = "en", notice: str = "", from_run: bool = True) -> list[Any]:
+    def edit_form(
+        values: dict[str, Any] | None, run_id: str | None, locale: str = "en", notice: str = "", from_run: bool = True, draft: bool = False
+    ) -> list[Any]:
         """An editable form for a new run, filled with `values` where given (else the settings
         of the watched `run_id`, `from_run`); the watched run stays on the panel (Start waits
-        while it trains)."""
-        new_mode = {"editing": True, "run_id": run_id if from_run else None, "intent": new_intent()}
+        while it trains). `draft`: the values are the draft this browser kept."""
+        new_mode = {"editing": True, "run_id": run_id if from_run else None, "intent": new_intent(), **({"draft": True} if draft else {})}
         fields_updates = [gr.update(value=values[name], interactive=True) if values and name in values else gr.update(interactive=True) for name in ALL_FIELDS]
         return [
             gr.skip(),
             new_mode,
-            view.form_mode_markdown(True, new_mode["run_id"], locale),
+            view.form_mode_markdown(True, new_mode["run_id"], locale, draft=draft),
             notice,
             gr.update(visible=False),
             pick_update(True),
@@ -343,6 +380,17 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         ]
 
     new_run_button.click(lambda run_id, locale: edit_form(None, run_id, locale), [watched_run, locale_state], open_outputs, show_progress="hidden")
+
+    def open_first(run_id: str | None, saved_draft: Any, locale: str = "en") -> list[Any]:
+        """What a page just opened shows: the draft this browser kept (an editable new run's
+        form, the line above it saying it is a draft) beside the run `run_id`; with no draft,
+        `open_run(run_id)`."""
+        values = form_from_draft(saved_draft, [preset_id for _, preset_id in board.preset_choices()])
+        if values is None:
+            return open_run(run_id, locale)
+        opened = edit_form(values, run_id, locale, from_run=False, draft=True)
+        opened[open_outputs.index(watched_run)] = run_id  # the panel watches the run it shows
+        return opened
 
     def on_pick(name: str | None, stage: str):
         if not name:
@@ -372,10 +420,18 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     # the field warnings, the preview, the estimate and the doctor's blockers, so none is ever
     # shown for other values. LLaMA-Factory's own parser (seconds) is not run here: its answer
     # is shown when it is already known for these exact values. Quietly: no spinner per field.
-    def on_form_change(locale, *values):
+    # Start follows the same checks: on an editable form it can act exactly when they find no
+    # problem (the action bar says which fields to fix first; while a run trains here, Start
+    # queues the new run behind it); LLaMA-Factory's own check runs at Start, and a refusal
+    # of it is said in the bar the same way (`on_start`).
+    # The form of a new run is kept as this browser's draft as it changes; a read-only form
+    # (a run's settings) is no draft, and clears it: a started run keeps its own settings.
+    def on_form_change(locale, mode_value, *values):
         form = form_of(values)
         result = board.preview(form, ask_llamafactory=False)
         preset_id = str(form.get("preset", ""))
+        editing = editing_of(mode_value)
+        blockers = view.start_blockers(result.findings, ALL_FIELDS) if editing else []
         return [
             view.findings_markdown(result.findings, locale),
             view.estimate_markdown(board.estimate(form), locale),
@@ -384,13 +440,19 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             result.yaml_text,
             result.command,
             *field_updates(result.findings, locale),
+            gr.update(interactive=editing and not blockers),
+            view.start_reason_markdown(blockers, locale),
+            draft_of(form, defaults) if editing else NO_DRAFT,
         ]
 
-    derived_outputs = [findings_box, estimate_box, doctor_box, preset_notes, preview_yaml, preview_command, *form_inputs]
+    derived_outputs = [findings_box, estimate_box, doctor_box, preset_notes, preview_yaml, preview_command, *form_inputs, start_button, start_reason, draft]
+    derived_inputs = [locale_state, mode, *form_inputs]
+    # The mode too: a form opened read-only or for a new run with the same values changes no
+    # field, and Start must follow it all the same.
     gr.on(
-        [widget.change for widget in form_inputs],
+        [widget.change for widget in form_inputs] + [mode.change],
         on_form_change,
-        [locale_state, *form_inputs],
+        derived_inputs,
         derived_outputs,
         trigger_mode="always_last",
         show_progress="hidden",
@@ -399,7 +461,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     def then_derive(event: Any) -> Any:
         """After `event` (the page's load, a language switch): the derived texts for the form
         as it is, in the page's language."""
-        return event.then(on_form_change, [locale_state, *form_inputs], derived_outputs, show_progress="hidden")
+        return event.then(on_form_change, derived_inputs, derived_outputs, show_progress="hidden")
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
@@ -414,32 +476,35 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     # --- start, resume, stop -------------------------------------------------------------
     def on_start_accepted(locale):
-        """At once, before the seconds of checks: the status says Start was taken, and Start
-        cannot be pressed again."""
-        return view.starting_markdown(locale), gr.update(interactive=False)
+        """At once, before the seconds of checks: the status (and the action bar, in view
+        where Start was pressed) says Start was taken, and Start cannot be pressed again."""
+        starting = view.starting_markdown(locale)
+        return starting, starting, "", gr.update(interactive=False)
 
     def on_start(run_id, mode_value, locale, stop_on_nan_value, request: gr.Request, *values):
         intent = start_intent(mode_value, request)
         result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value), intent=intent)
         findings_text = view.findings_markdown(result.findings, locale)
         if not result.started:
-            # Nothing was created: the panel goes back to what it showed, Start usable again,
-            # the form as the user left it with its fields marked. (A double-click's second
-            # Start is not refused: it answers with the run the first made, opened below.)
+            # Nothing was created: the panel goes back to what it showed, the form as the user
+            # left it with its fields marked, and the bar says what to fix first: Start stays
+            # disabled until a field changes. (A double-click's second Start is not refused:
+            # it answers with the run the first made, opened below.)
             before_form = open_outputs.index(form_inputs[0])
-            return [*[gr.skip()] * before_form, *field_updates(result.findings, locale), *render(run_id, None, locale, mode_value), findings_text]
+            refused = [*[gr.skip()] * before_form, *field_updates(result.findings, locale), *render(run_id, None, locale, mode_value)]
+            blockers = view.start_blockers(result.findings, ALL_FIELDS)
+            refused[open_outputs.index(start_button)] = gr.update(interactive=editing_of(mode_value) and not blockers)
+            return [*refused, findings_text, view.start_reason_markdown(blockers, locale, refused=True)]
         opened = open_run(result.run.id, locale)
         # The form already holds these values: only its fields' warnings change.
         form_start = open_outputs.index(form_inputs[0])
-        opened[form_start : form_start + len(form_inputs)] = [
-            gr.update(interactive=False, info=update.get("info")) for update in field_updates(result.findings, locale)
-        ]
-        return [*opened, findings_text]
+        opened[form_start : form_start + len(form_inputs)] = [{**update, "interactive": False} for update in field_updates(result.findings, locale)]
+        return [*opened, findings_text, ""]
 
-    start_button.click(on_start_accepted, locale_state, [status, start_button], queue=False, show_progress="hidden").then(
+    start_button.click(on_start_accepted, locale_state, [status, bar_status, start_reason, start_button], queue=False, show_progress="hidden").then(
         on_start,
         [watched_run, mode, locale_state, stop_on_nan, *form_inputs],
-        [*open_outputs, findings_box],
+        [*open_outputs, findings_box, start_reason],
         concurrency_limit=1,
         concurrency_id="start",
         show_progress="hidden",
@@ -473,7 +538,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     # .input, not .change: the panel sets the box to the watched run's setting by code.
     stop_on_nan.input(on_stop_on_nan, [watched_run, stop_on_nan], None, show_progress="hidden")
     refresh.click(render, [watched_run, shown_version, locale_state, mode], run_outputs, show_progress="hidden", queue=False)
-    ticking_names = ("status", "alert", "progress", "gpu_table", "live", "version")
+    ticking_names = ("status", "bar", "alert", "progress", "gpu_table", "live", "version")
 
     def render_ticking(run_id: str | None, shown: Any = None, locale: str = "en", mode_value: Any = None) -> list[Any]:
         """The members that change while a run trains. A run that has ended meanwhile is left
@@ -512,6 +577,8 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         render,
         open_run,
         edit_form,
+        open_first,
+        draft,
         preset_notes,
         stop_on_nan,
         findings_box,

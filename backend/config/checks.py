@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+import unicodedata
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -39,7 +40,7 @@ Rule = Callable[["_Context"], list[Finding]]
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
 from backend.config.paths import NAME_MAX_BYTES, PATH_MAX_BYTES, path_problem  # noqa: F401 (re-exported)
 DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
-RUN_NAME_RULE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")  # not "." or "-" first: hidden, or read as an option
+RUN_NAME_MAX_CHARS = 64
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.pth", "*.pt", "*.gguf")
@@ -94,13 +95,26 @@ class _Context:
 # --- run name -------------------------------------------------------------------------------
 
 
+def run_name_ok(name: str) -> bool:
+    """Letters and digits of any language ("水果", "café", "नमस्ते" with its vowel signs),
+    '_', '.' and '-', at most 64, a letter, digit or '_' first (not "." or "-": hidden, or
+    read as an option). No space, no punctuation, no control or format character (a bidi
+    override would make the name read as another): the name is shown on every page and
+    typed on command lines. The run's folder is not the name itself: RunStore.new_run_id
+    keeps it ASCII."""
+    if not name or len(name) > RUN_NAME_MAX_CHARS or not (name[0].isalnum() or name[0] == "_"):
+        return False
+    return all(c.isalnum() or c in "._-" or unicodedata.category(c).startswith("M") for c in name)
+
+
 def rule_run_name(ctx: _Context) -> list[Finding]:
     name = ctx.config.run_name
     if name == "":  # the launcher names unnamed runs itself
         return []
-    if RUN_NAME_RULE.match(name) and name not in (".", ".."):
+    if run_name_ok(name):
         return []
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).lstrip(".-")[:64] or "run"
+    safe = re.sub(r"[^\w.-]+", "-", name).lstrip(".-")[:RUN_NAME_MAX_CHARS] or "run"
+    safe = safe if run_name_ok(safe) else "run"
     return [
         Finding.of("run_name", "run-name-unsafe", patch={"run_name": safe}, name=_quoted(name), safe=_quoted(safe))
     ]
@@ -737,7 +751,7 @@ def rule_precision_on_preset(ctx: _Context) -> list[Finding]:
         return []
     fallback = "fp32" if preset.use_cpu else "fp16"
     return [
-        Finding.of("precision", "bf16-unsupported", patch={"precision": fallback}, preset=preset.display_name, precision=fallback)
+        Finding.of("precision", "bf16-unsupported", patch={"precision": fallback}, preset=preset.label, precision=fallback)
     ]
 
 
@@ -763,7 +777,7 @@ def rule_quantization(ctx: _Context) -> list[Finding]:
     if ctx.preset is not None and bits not in ctx.preset.qlora_bits:
         offered = ", ".join(map(str, ctx.preset.qlora_bits)) or "none"
         message = "qlora-not-offered" if ctx.preset.qlora_bits else "qlora-not-offered-any"
-        return [Finding.of("quantization_bit", "qlora-not-offered", message=message, patch={"quantization_bit": "none"}, preset=ctx.preset.display_name, bits=bits, offered=offered)]
+        return [Finding.of("quantization_bit", "qlora-not-offered", message=message, patch={"quantization_bit": "none"}, preset=ctx.preset.label, bits=bits, offered=offered)]
     if not ctx.bnb_available():
         return [Finding.of("quantization_bit", "qlora-no-bitsandbytes", bits=bits)]
     return []
@@ -782,7 +796,7 @@ def rule_memory(ctx: _Context) -> list[Finding]:
             "memory-will-not-fit",
             severity="warning",
             estimate=f"{estimate.total_bytes / GIB:.1f}",
-            preset=preset.display_name,
+            preset=preset.label,
             vram=f"{estimate.vram_bytes / GIB:.0f}",
             # The estimator composes its fix from its cheapest changes (backend/config/estimate.py).
             fix=estimate.cheapest_fix,

@@ -479,7 +479,7 @@ def _cheapest_fix(shape: ModelShape, knobs: _Knobs, params: int, vram_bytes: int
             best = (cost, len(words), words)
     if best is None:
         if preset is not None:
-            return Message("estimate.fix.none_fits", where=preset.display_name)
+            return Message("estimate.fix.none_fits", where=preset.label)
         return Message("estimate.fix.none_fits_here")
     # Shown after "Cheapest change that fits:", so it starts in lower case.
     return Message("estimate.fix.sentence", changes=Joined(best[2], "; "))

@@ -22,6 +22,25 @@ PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 DEFAULT_PRESET_ID = "cpu-demo"
 
 
+class PresetName(str):
+    """A preset's name as a message value: the string is the English name (command line,
+    logs), `text(locale)` the name in the page's language. A preset file's names are its own
+    words, not the catalogue's; this lets a finding carry one into a translated sentence."""
+
+    zh: str
+
+    def __new__(cls, english: str, zh: str = "") -> "PresetName":
+        name = super().__new__(cls, english)
+        name.zh = zh or english
+        return name
+
+    def text(self, locale: str | None = "en") -> str:
+        return self.zh if (locale or "").startswith("zh") else str(self)
+
+    def __reduce__(self):  # a str subclass with its own __new__: pickled by its two names
+        return (PresetName, (str(self), self.zh))
+
+
 @dataclass(frozen=True)
 class HardwarePreset:
     id: str  # the file stem, e.g. "mi300x"
@@ -42,6 +61,16 @@ class HardwarePreset:
     notes: str = ""
     notes_zh: str = ""  # the notes in Simplified Chinese
     use_cpu: bool = False  # the trainer runs on the CPU (the demo preset)
+    display_name_zh: str = ""  # the name in Simplified Chinese (empty: the English name)
+
+    @property
+    def label(self) -> PresetName:
+        """The name as a message value (rendered in the page's language)."""
+        return PresetName(self.display_name, self.display_name_zh)
+
+    def name(self, locale: str | None = "en") -> str:
+        """The name in `locale`, as the dropdown and the page show it."""
+        return self.label.text(locale)
 
     def form_values(self) -> dict[str, Any]:
         """The form fields this preset fills."""
@@ -122,6 +151,7 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
             notes=str(data.get("notes", "")),
             notes_zh=str(data.get("notes_zh", "")),
             use_cpu=_boolean(data.get("use_cpu", False), "use_cpu"),
+            display_name_zh=str(data.get("display_name_zh", "")),
         )
     except (TypeError, ValueError) as error:
         raise ValueError(f"a value has the wrong type ({error})") from None
@@ -146,6 +176,7 @@ def load_presets(directory: Path = PRESETS_DIR) -> tuple[dict[str, HardwarePrese
             presets.append(parse_preset(path.stem, path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError) as error:
             errors.append(PresetLoadError(path.name, str(error)))
+    # `order` in each file: the default (the CPU demo) first, then by family and size.
     presets.sort(key=lambda p: (p.order, p.display_name))
     return {p.id: p for p in presets}, errors
 

@@ -259,7 +259,7 @@ def rule_bf16_and_fp16(args: dict[str, Any], preset: HardwarePreset | None) -> l
     if preset is None:
         return [Finding.of("bf16", "yaml-bf16-and-fp16", patch={drop: None}, keep=keep)]
     message = "yaml-bf16-and-fp16-has-bf16" if keep == "bf16" else "yaml-bf16-and-fp16-no-bf16"
-    return [Finding.of("bf16", "yaml-bf16-and-fp16", message=message, patch={drop: None}, keep=keep, preset=preset.display_name)]
+    return [Finding.of("bf16", "yaml-bf16-and-fp16", message=message, patch={drop: None}, keep=keep, preset=preset.label)]
 
 
 def rule_precision_unset(args: dict[str, Any], preset: HardwarePreset | None) -> list[Finding]:

@@ -16,6 +16,7 @@ name and renamed into place, so a failed start never leaves a half-made run behi
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -51,6 +52,21 @@ ADAPTER_ZIP = "adapter.zip"
 LAUNCH_FILE = "launch.json"
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NOT_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")
+RUN_ID_NAME_MAX = 64
+
+
+def run_id_part(name: str) -> str:
+    """The run name as it goes into the run's id (its folder): the name itself when it is
+    ASCII letters, digits, '.', '_', '-'; otherwise its ASCII parts and a short hash of the
+    whole name ("水果" -> "27c18075", "my 水果" -> "my-b8edd1ed"), so the folder, the Slurm
+    job name and every command line stay ASCII while the page shows the name as typed
+    (state.json's `name`). The same name always gives the same part."""
+    ascii_part = _NOT_IN_ID.sub("-", name).strip(".-")[:RUN_ID_NAME_MAX]
+    if ascii_part == name:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{ascii_part}-{digest}" if ascii_part else digest
 
 # The small files of a run are read whole; anything larger is not one the app wrote.
 SMALL_FILE_MAX_BYTES = 1024 * 1024
@@ -191,7 +207,8 @@ class RunStore:
 
     def new_run_id(self, name: str) -> str:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        base = f"{stamp}-{name}" if name else stamp
+        part = run_id_part(name)
+        base = f"{stamp}-{part}" if part else stamp
         candidate, n = base, 1
         while (self.root / candidate).exists() or candidate == self._last_id:
             n += 1

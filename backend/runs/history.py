@@ -489,17 +489,19 @@ def short_model(model: str) -> str:
     return model
 
 
-def format_duration(seconds: float | None) -> str:
+def format_duration(seconds: float | None, locale: str = "en") -> str:
+    """A duration in the units of `locale` ("1m 05s", "1 分 05 秒"): the one formatter of
+    durations the page shows (the runs table, the Train tab's elapsed time and ETA)."""
     if seconds is None:
         return ""
-    seconds = round(seconds)
+    seconds = max(0, round(seconds))
     if seconds < 60:
-        return f"{seconds}s"
+        return translate("duration.seconds", locale, seconds=seconds)
     minutes, seconds = divmod(seconds, 60)
     if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
+        return translate("duration.minutes", locale, minutes=minutes, seconds=seconds)
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
+    return translate("duration.hours", locale, hours=hours, minutes=minutes)
 
 
 def format_loss(loss: float | None) -> str:
@@ -556,7 +558,7 @@ def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list
                 format_loss(s.last_loss),
                 format_loss(s.best_eval_loss),
                 format_scores(s.scores),
-                format_duration(s.duration_s),
+                format_duration(s.duration_s, locale),
                 format_started(s.created),
             ]
         )

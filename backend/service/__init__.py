@@ -156,8 +156,8 @@ class RocBoard:
     def preset(self, preset_id: str) -> HardwarePreset | None:
         return self.pipeline.preset(preset_id)
 
-    def preset_choices(self) -> list[tuple[str, str]]:
-        return self.pipeline.preset_choices()
+    def preset_choices(self, locale: str = "en") -> list[tuple[str, str]]:
+        return self.pipeline.preset_choices(locale)
 
     def form_for_preset(self, preset_id: str) -> dict[str, Any]:
         return self.pipeline.form_for_preset(preset_id)
@@ -290,12 +290,13 @@ class RocBoard:
         return form_from_saved(self.store.read_form(run_id))
 
     def run_to_show(self) -> RunState | None:
-        """What a freshly opened tab shows: the run training here, else the newest one."""
+        """What a freshly opened tab's Train tab shows: the training run training here, else
+        the newest training run. Never an evaluation: the Train tab's charts and form are a
+        training's (an evaluation has no loss curve); its scores are on the Evaluate tab."""
         active = self.active_run()
-        if active is not None:
+        if active is not None and active.kind == "train":
             return active
-        runs = self.store.list()
-        return runs[0] if runs else None
+        return next((run for run in self.store.list() if run.kind == "train"), None)
 
     # --- the queue (this machine's) and Slurm's ----------------------------------------------
 

@@ -77,8 +77,9 @@ def _clip(text: str, limit: int = CELL_MAX_CHARS) -> str:
 
 
 def _safe_name(name: str) -> str:
-    """A run name for the evaluation: the source's name, in the characters a run id allows."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "run"
+    """A run name for the evaluation: the source's name in the characters a run name allows
+    (letters of any language: "水果" -> "eval-水果"; its id is made ASCII by RunStore)."""
+    cleaned = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "run"
     return f"eval-{cleaned}"[:60]
 
 

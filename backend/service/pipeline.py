@@ -147,8 +147,9 @@ class ConfigPipeline:
     def preset(self, preset_id: str) -> HardwarePreset | None:
         return self.presets.get(preset_id)
 
-    def preset_choices(self) -> list[tuple[str, str]]:
-        return [(p.display_name, p.id) for p in self.presets.values()]
+    def preset_choices(self, locale: str = "en") -> list[tuple[str, str]]:
+        """(name in `locale`, id) of each preset, in the dropdown's order."""
+        return [(p.name(locale), p.id) for p in self.presets.values()]
 
     def form_for_preset(self, preset_id: str) -> dict[str, Any]:
         preset = self.preset(preset_id)

@@ -24,6 +24,7 @@ class RunView:
 
     run_id: str | None
     status: str = ""  # Markdown: state, exit code, cause and fix of a failure
+    headline: str = ""  # Markdown: the status's first line (state and id), for the action bar
     alert: str = ""  # Markdown: NaN/inf loss or exploding gradients
     progress: str = ""  # HTML: the progress bar and its line
     gpu_table: str = ""  # Markdown
@@ -48,7 +49,8 @@ def idle_view(locale: str = "en") -> RunView:
 
 def gone_view(run_id: str, locale: str = "en") -> RunView:
     """The watched run's directory was deleted."""
-    return RunView(run_id, status=view.run_gone_markdown(run_id, locale), progress=view.progress_html(None, locale), config_yaml="")
+    gone = view.run_gone_markdown(run_id, locale)
+    return RunView(run_id, status=gone, headline=gone, progress=view.progress_html(None, locale), config_yaml="")
 
 
 def unchanged_view(snapshot: RunSnapshot, version: tuple) -> RunView:
@@ -70,6 +72,7 @@ def run_view(
     return RunView(
         run.id,
         status=view.status_markdown(snapshot, cause, fix, locale, where),
+        headline=view.status_headline(snapshot, locale),
         alert=view.alert_markdown(snapshot, locale),
         progress=view.progress_html(snapshot, locale),
         gpu_table=view.gpu_table_markdown(snapshot, locale),
