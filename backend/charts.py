@@ -93,18 +93,30 @@ def loss_curves(points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[E
     return {name: curve.drawn() for name, curve in drawn_curves(points, max_points).items()}
 
 
+def attempt_marks(marks: Sequence[tuple[float, str]]) -> dict[str, list[dict]]:
+    """Layout shapes and annotations for a dotted vertical line at each x of `marks`, named
+    by its words (where a resumed attempt began: "attempt 2")."""
+    shapes, annotations = [], []
+    for x, text in marks:
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1, "line": {"color": "rgba(80,80,80,0.7)", "width": 1, "dash": "dot"}})
+        annotations.append({"x": x, "xref": "x", "y": 1, "yref": "paper", "yanchor": "bottom", "xanchor": "left", "text": text, "showarrow": False, "font": {"size": 11, "color": "rgb(80,80,80)"}})
+    return {"shapes": shapes, "annotations": annotations} if marks else {}
+
+
 def loss_figure(
     points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]]",
     title: str = translate("chart.loss"),
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> dict:
     """Raw and smoothed loss per step, with the learning rate on a second axis and the eval loss
     (when the run evaluates) as markers on the loss's axis; a dpo run's
     reward accuracy (and a ppo run's reward) on axes of their own when the run logs them.
     `points`: the run's MetricSeries (a redraw then costs O(drawn points)), a copy of its
     `chart()` (taken under the lock its owner extends it under), or a list of points.
-    `names` gives the trace and axis names in the page's language."""
+    `names` gives the trace and axis names in the page's language; `marks` the steps where a
+    resumed attempt began, with their words (a dotted line each)."""
     names = {**LOSS_NAMES, **(names or {})}
     curves = loss_curves(points, max_points)
     loss, lr = curves["loss"], curves["lr"]
@@ -158,6 +170,7 @@ def loss_figure(
         "xaxis": {"title": {"text": names["step"]}},
         "yaxis": {"title": {"text": names["loss"]}},
         "yaxis2": {"title": {"text": names["learning_rate"]}, "overlaying": "y", "side": "right", "showgrid": False, "exponentformat": "e", "tickformat": ".0e", "rangemode": "tozero"},
+        **attempt_marks(marks),
     }
     extra_axes = 0
     for attribute, color, axis in _EXTRA_TRACES:
@@ -195,19 +208,44 @@ def loss_figure(
     return {"data": data, "layout": layout}
 
 
+def _with_gaps(x: list[float], y: list[float | None], breaks: Sequence[float]) -> tuple[list[float], list[float | None]]:
+    """`x`, `y` with a None point (plotly breaks the line there) at each break that falls
+    between two points: no line is drawn across a time nothing was measured."""
+    if not breaks or not x:
+        return x, y
+    pending = sorted(b for b in breaks if b > x[0])
+    gapped_x: list[float] = []
+    gapped_y: list[float | None] = []
+    next_break = 0
+    for xi, yi in zip(x, y):
+        if next_break < len(pending) and pending[next_break] <= xi:
+            gapped_x.append(pending[next_break])
+            gapped_y.append(None)
+            while next_break < len(pending) and pending[next_break] <= xi:
+                next_break += 1
+        gapped_x.append(xi)
+        gapped_y.append(yi)
+    return gapped_x, gapped_y
+
+
 def memory_figure(
     series: Sequence["MemorySeries"],
     title: str,
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
+    marks: Sequence[tuple[float, str]] = (),
 ) -> dict:
-    """One line per GPU (used GiB) and a dashed capacity line per GPU."""
+    """One line per GPU (used GiB) and a dashed capacity line per GPU. A line breaks where a
+    series had no reading for a while (MemorySeries.breaks) and at each of `marks` (where a
+    resumed attempt began, drawn as a dotted line with its words): no process, no line."""
     names = {**MEMORY_NAMES, **(names or {})}
     data = []
+    mark_x = [x for x, _ in marks]
     for s in series:
         keep = downsample_indices(len(s.times), max_points, s.used_gib)
         x = [s.times[i] for i in keep]
-        data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} {names['used']}", "x": x, "y": [_json_number(s.used_gib[i]) for i in keep]})
+        gapped_x, gapped_y = _with_gaps(x, [_json_number(s.used_gib[i]) for i in keep], [*s.breaks, *mark_x])
+        data.append({"type": "scatter", "mode": "lines", "name": f"{s.label} {names['used']}", "x": gapped_x, "y": gapped_y})
         totals = [t for t in s.total_gib if t is not None and math.isfinite(t)]
         # A GPU's capacity is the line its usage must stay under; the machine's RAM is
         # not a limit of the training process worth drawing at that scale.
@@ -227,8 +265,12 @@ def memory_figure(
         "title": {"text": title},
         "xaxis": {"title": {"text": names["seconds"]}},
         "yaxis": {"title": {"text": names["gib"]}, "rangemode": "tozero"},
+        **attempt_marks(marks),
     }
     return {"data": data, "layout": layout}
+
+
+MAX_BREAKS = 1_000  # breaks a series keeps (the newest): one per reading at worst
 
 
 class MemorySeries:
@@ -244,8 +286,12 @@ class MemorySeries:
         self.temp_c: float | None = None
         self.power_w: float | None = None
         self.source = ""
+        # Times (x) where the series starts again after no reading for a while: a gap there.
+        self.breaks: list[float] = []
 
     def add(self, at: float, used_bytes: int | None, total_bytes: int | None, util: float | None, temp: float | None, power: float | None, source: str) -> None:
+        if len(self.breaks) > MAX_BREAKS:
+            del self.breaks[: len(self.breaks) - MAX_BREAKS // 2]
         self.times.append(at)
         self.used_gib.append(None if used_bytes is None else used_bytes / 2**30)
         self.total_gib.append(None if total_bytes is None else total_bytes / 2**30)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.charts import MemorySeries
-from backend.runs.logs import Entry, MetricPoint
+from backend.runs.logs import AttemptMark, Entry, MetricPoint
 from backend.runs import RunState
 
 
@@ -27,6 +27,10 @@ class RunSnapshot:
     # The loss chart's drawn curves (MetricSeries.chart), kept as the points arrived; None:
     # the chart is computed from `points`.
     chart: dict[str, list[Entry]] | None = None
+    # Where each resumed attempt begins in the curve (MetricSeries.attempts), and on the
+    # memory chart: (attempt, seconds since the first reading) of each resume.
+    attempts: tuple[AttemptMark, ...] = ()
+    memory_breaks: tuple[tuple[int, float], ...] = ()
 
 
 __all__ = ["RunSnapshot"]

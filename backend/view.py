@@ -211,6 +211,9 @@ class Progress:
     elapsed_s: float | None  # since the trainer started; None: not started
     remaining_s: float | None  # LLaMA-Factory's estimate; None: it gave none
     throughput: float | None
+    # Of a resumed run: the attempt shown and the step it resumed after (its checkpoint's).
+    attempt: int | None = None
+    resumed_from: int | None = None
 
 
 def wall_time(snapshot: RunSnapshot, now: float | None = None) -> float | None:
@@ -236,16 +239,32 @@ def clock_seconds(text: str) -> float | None:
 
 
 def progress_of(snapshot: RunSnapshot, now: float | None = None) -> Progress | None:
+    """The progress line's numbers. A resumed run's are its current attempt's: the step counts
+    on from the checkpoint it resumed from (the curve is cut back there too, and marked), and
+    the tokens per second and time remaining are those of the steps this attempt trained
+    (none until its first step: never the attempt before's)."""
     latest = snapshot.points[-1] if snapshot.points else None
     if latest is None:
         return None
     total = max(latest.total_steps, 1)
     percent = latest.percentage if latest.percentage is not None else 100.0 * latest.step / total
-    throughput = next((p.throughput for p in reversed(snapshot.points) if p.throughput), None)
-    return Progress(latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), clock_seconds(latest.remaining), throughput)
+    attempt = snapshot.attempts[-1] if snapshot.attempts else None
+    after = attempt.from_step if attempt is not None else None
+    throughput = next((p.throughput for p in reversed(snapshot.points) if p.throughput and (after is None or p.step > after)), None)
+    remaining = clock_seconds(latest.remaining) if after is None or latest.step > after else None
+    return Progress(
+        latest.step, latest.total_steps, float(percent), wall_time(snapshot, now), remaining, throughput,
+        attempt.attempt if attempt is not None else None, after,
+    )  # fmt: skip
 
 
 def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
+    return _bar(*progress_parts(snapshot, locale))
+
+
+def progress_parts(snapshot: RunSnapshot | None, locale: str = "en") -> tuple[float, str]:
+    """(percent, words) of the progress bar. The watcher's answer carries them with the charts
+    (backend/service/live.py), so the step it says and the chart's last step are one reading."""
     progress = progress_of(snapshot) if snapshot else None
     if progress is None:
         if snapshot is None:
@@ -254,9 +273,11 @@ def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
             key = "progress.loading" if snapshot.run.active else "progress.no_steps"
             if snapshot.run.state == "finished" and getattr(snapshot.run, "kind", "train") == "evaluate":
                 # A short evaluation logs no progress line (LLaMA-Factory logs every 5 batches).
-                return _bar(100.0, t("eval.panel.done", locale))
-        return _bar(0.0, t(key, locale))
+                return 100.0, t("eval.panel.done", locale)
+        return 0.0, t(key, locale)
     parts = [t("progress.step", locale, step=progress.step, total=progress.total), f"{progress.percent:.0f} %"]
+    if progress.attempt is not None:
+        parts.append(t("progress.attempt", locale, attempt=progress.attempt, step=progress.resumed_from))
     # Durations in the page's units, by the one formatter the runs table uses too.
     from backend.runs.history import format_duration
 
@@ -266,7 +287,7 @@ def progress_html(snapshot: RunSnapshot | None, locale: str = "en") -> str:
         parts.append(t("progress.eta", locale, eta=format_duration(progress.remaining_s, locale)))
     if progress.throughput:
         parts.append(t("progress.throughput", locale, rate=f"{progress.throughput:,.0f}"))
-    return _bar(progress.percent, " · ".join(parts))
+    return progress.percent, " · ".join(parts)
 
 
 def _bar(percent: float, text: str) -> str:
@@ -417,6 +438,14 @@ def loss_chart_names(locale: str = "en") -> dict[str, str]:
         "reward": t("chart.reward", locale),
         "eval_loss": t("chart.eval_loss", locale),
     }
+
+
+def attempt_marks(snapshot: RunSnapshot, locale: str = "en") -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """Where each resumed attempt began, in words: (on the loss chart: the step it resumed
+    after; on the memory chart: the seconds of its resume)."""
+    loss = [(float(mark.from_step), t("chart.attempt", locale, attempt=mark.attempt)) for mark in snapshot.attempts]
+    memory = [(at, t("chart.attempt", locale, attempt=attempt)) for attempt, at in snapshot.memory_breaks if at >= 0]
+    return loss, memory
 
 
 def memory_chart_names(locale: str = "en") -> dict[str, str]:

@@ -67,3 +67,38 @@ def test_cpu_run_shows_process_memory_labelled_as_such(tmp_path):
     finally:
         board.stop(state.id)
         sampler.stop()
+
+
+def test_the_memory_chart_breaks_between_attempts_and_where_nothing_was_measured(tmp_path):
+    """No line across the time no training process existed: between a run's attempts (at the
+    resume line of its trainer log) and wherever no reading came for a while."""
+    import json
+
+    from backend.runs import OUTPUT_DIR, RunStore
+    from backend.runs.logs import TRAINER_LOG, AttemptStart
+    from backend.service.monitors import MEMORY_GAP_S
+    from backend.service.run_view import charts_of
+
+    store = RunStore(tmp_path / "runs")
+    state = store.create("resumed", "cpu-demo", "m", {"config.yaml": "", "train.log": ""})
+    run_dir = store.run_dir(state.id)
+    start = 1_700_000_000.0
+    # Attempt 1 measured for 5 s; resumed at 8 s; attempt 2 from 9 s to 12 s, then silent
+    # for longer than the gap, then measured again.
+    times = [0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 12 + MEMORY_GAP_S + 5, 12 + MEMORY_GAP_S + 6]
+    readings = [{"gpu": 0, "used_bytes": 2**30, "total_bytes": None, "util_pct": None, "temp_c": None, "power_w": None, "source": "process", "at": start + t} for t in times]
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in readings))
+    (run_dir / OUTPUT_DIR).mkdir()
+    line = {"current_steps": 5, "total_steps": 30, "loss": 1.0, "lr": 0.01, "epoch": 0.1, "percentage": 16.7, "elapsed_time": "0:00:05", "remaining_time": "0:00:25"}
+    (run_dir / OUTPUT_DIR / TRAINER_LOG).write_text(json.dumps(line) + "\n" + json.dumps(AttemptStart(2, 5, None, start + 8).record()) + "\n")
+    store.update(state.id, state="stopped", pid=None, pid_started=None)
+
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+    figure = charts_of(board.snapshot(state.id))["memory"]
+    used = figure["data"][0]
+    gaps = [x for x, y in zip(used["x"], used["y"]) if y is None]
+    assert gaps == [8.0, 12 + MEMORY_GAP_S + 5], list(zip(used["x"], used["y"]))
+    assert [a["text"] for a in figure["layout"]["annotations"]] == ["attempt 2"]
+    assert [s["x0"] for s in figure["layout"]["shapes"]] == [8.0]
+    loss = charts_of(board.snapshot(state.id), "zh-CN")["loss"]
+    assert [(a["x"], a["text"]) for a in loss["layout"]["annotations"]] == [(5.0, "第 2 次尝试")]

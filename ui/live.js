@@ -3,6 +3,9 @@
 // asks rocboard/live once a second while that run trains, draws the charts it answers with
 // Plotly.react, and presses a hidden refresh button (#live-refresh while the run trains,
 // #live-refresh-all when it started or ended) only when the panel changed.
+// The progress bar's words and width come with the charts, from the same reading, and are
+// put back whenever a panel refresh (a later or an earlier reading, on a busy server seconds
+// apart) rewrites them: the step it says is always the loss chart's last.
 (() => {
   if (window.rocboardLive) return;
   const settings = window.rocboardLiveSettings || {};
@@ -12,6 +15,8 @@
   let asking = false;
   let asked = { version: "", whole: false, at: 0 }; // the last panel refresh pressed, to press it once per change
   let watched = null; // the #live-state element observed
+  let watchedProgress = null; // the #progress element observed
+  const progress = { run: null, lang: null, percent: 0, text: "" }; // the bar of the reading drawn
   let plotly = null;
 
   function loadPlotly() {
@@ -62,6 +67,30 @@
     await Plotly.react(host, figure.data || [], layout, { responsive: true, displaylogo: false });
   }
 
+  function showProgress() {
+    const state = liveState();
+    if (!state || progress.run === null || state.run !== progress.run || state.lang !== progress.lang) return; // the panel's own
+    const bar = document.querySelector("#progress .rb-progress");
+    if (!bar) return;
+    // Only the bar's own nodes are changed (Gradio replaces them with its next value).
+    const text = bar.querySelector(".rb-progress-text");
+    if (text && text.textContent !== progress.text) text.textContent = progress.text;
+    const fill = bar.querySelector(".rb-progress-fill");
+    const width = progress.percent.toFixed(1) + "%";
+    if (fill && fill.style.width !== width) fill.style.width = width;
+    const now = String(Math.round(progress.percent));
+    if (bar.getAttribute("aria-valuenow") !== now) bar.setAttribute("aria-valuenow", now);
+  }
+
+  function keepProgress(run, lang, answer) {
+    if (!answer.progress) return;
+    progress.run = run;
+    progress.lang = lang;
+    progress.percent = Number(answer.progress.percent) || 0;
+    progress.text = String(answer.progress.text || "");
+    showProgress();
+  }
+
   function clearCharts() {
     for (const name of Object.keys(CHARTS)) {
       const host = chartHost(name);
@@ -71,6 +100,7 @@
     drawn.run = null;
     drawn.lang = null;
     drawn.version = "";
+    progress.run = null;
   }
 
   function askPanel(version, whole) {
@@ -102,6 +132,7 @@
       const answer = await response.json();
       if (answer.charts) {
         await Promise.all([draw("loss", answer.charts.loss), draw("memory", answer.charts.memory)]);
+        keepProgress(state.run, state.lang, answer);
       }
       drawn.run = state.run;
       drawn.lang = state.lang;
@@ -116,6 +147,13 @@
   }
 
   function observe() {
+    const bar = document.querySelector("#progress");
+    if (bar && bar !== watchedProgress) {
+      watchedProgress = bar;
+      // A panel refresh rewrote the bar: the reading the charts show goes back (a no-op when
+      // it is the same; the script's own change finds nothing to change).
+      new MutationObserver(showProgress).observe(bar, { subtree: true, childList: true, characterData: true, attributes: true });
+    }
     const element = document.querySelector("#live-state");
     if (!element || element === watched) return;
     watched = element;
@@ -154,6 +192,7 @@
       drawn.run = answer.run;
       drawn.lang = answer.lang;
       drawn.version = answer.version;
+      keepProgress(answer.run, answer.lang, answer);
     } catch (error) {
       // The load event's panel draws them instead.
     } finally {

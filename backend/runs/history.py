@@ -31,6 +31,7 @@ from backend.runs.logs import (
     JsonlTail,
     MetricPoint,
     MetricSeries,
+    parse_curve_records,
     parse_metric,
     parse_records,
     sampled_lines,
@@ -233,12 +234,12 @@ def read_curve(path: Path, run_dir: Path | None = None) -> list[MetricPoint]:
         series = MetricSeries()
         if key[0] <= CURVE_READ_BYTES:
             for records in JsonlTail(path, run_dir=_in_run(path, run_dir)[0]).read_all():
-                series.extend([p for p in map(parse_metric, records) if p is not None])
+                series.extend(parse_curve_records(records))
         else:
             try:
                 with safe_files.opened(*_in_run(path, run_dir)) as handle:
                     for lines in sampled_lines(handle, 0, key[0], CURVE_WINDOWS, CURVE_WINDOW_BYTES):
-                        series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None])
+                        series.extend(parse_curve_records(parse_records(lines).records))
             except OSError:
                 pass
         return tuple(series.points)

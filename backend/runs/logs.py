@@ -302,6 +302,95 @@ def parse_metric(record: dict[str, Any]) -> MetricPoint | None:
     )
 
 
+# The line RocBoard appends to trainer_log.jsonl when it resumes a run (backend/runs/resume.py),
+# before the resumed trainer writes its first one: which attempt begins, after which step,
+# the tokens the checkpoint had counted, and when. LLaMA-Factory never reads the file; every
+# reader of the curve meets the line exactly where the new attempt begins.
+ATTEMPT_KEY = "rocboard_attempt"
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    """Where a resumed attempt begins in a run's curve: it trains the steps after `from_step`
+    (its checkpoint's). `tokens`: the tokens the checkpoint had seen (LLaMA-Factory counts on
+    from it); `at`: time.time() of the resume. None where unknown (a log resumed before these
+    lines existed: the attempt is then told by its step going back)."""
+
+    attempt: int
+    from_step: int
+    tokens: int | None = None
+    at: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {ATTEMPT_KEY: self.attempt, "resumed_from_step": self.from_step}
+        if self.tokens is not None:
+            record["checkpoint_tokens"] = self.tokens
+        if self.at is not None:
+            record["at"] = round(self.at, 3)
+        return record
+
+
+def parse_attempt(record: dict[str, Any]) -> AttemptStart | None:
+    """The AttemptStart of a resume line, or None when the record is not one."""
+    attempt, step = record.get(ATTEMPT_KEY), record.get("resumed_from_step")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not isinstance(step, int) or isinstance(step, bool) or attempt < 2 or step < 0:
+        return None
+    tokens, at = record.get("checkpoint_tokens"), _number(record.get("at"))
+    return AttemptStart(
+        attempt,
+        step,
+        tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None,
+        at if at is not None and math.isfinite(at) else None,
+    )
+
+
+def parse_curve_records(records: list[dict[str, Any]]) -> "list[MetricPoint | AttemptStart]":
+    """What a MetricSeries is extended with, in the log's order: each record's point, and the
+    start of each resumed attempt; other records are left out."""
+    items: list[MetricPoint | AttemptStart] = []
+    for record in records:
+        item = parse_metric(record) or parse_attempt(record)
+        if item is not None:
+            items.append(item)
+    return items
+
+
+def _seconds(text: str) -> float | None:
+    """LLaMA-Factory's "H:MM:SS" (str(timedelta)), in seconds; None if it is not one."""
+    days = 0
+    if " day" in text:  # "1 day, 2:03:04"
+        head, _, text = text.partition(",")
+        try:
+            days = int(head.split()[0])
+        except ValueError:
+            return None
+    parts = text.strip().split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        hours, minutes, seconds = int(parts[0]), int(parts[1]), float(parts[2])
+    except ValueError:
+        return None
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+def _clock_text(seconds: float) -> str:
+    """Seconds as LLaMA-Factory writes a time (str(timedelta) of whole seconds)."""
+    from datetime import timedelta
+
+    return str(timedelta(seconds=int(max(0.0, seconds))))
+
+
+@dataclass(frozen=True)
+class AttemptMark:
+    """An attempt of a resumed run as its curve shows it: attempt `attempt` trained the steps
+    after `from_step`; `at`: when it was resumed (time.time()), None where unknown."""
+
+    attempt: int
+    from_step: int
+    at: float | None = None
+
+
 # An entry of a drawn curve: (its index in the curve, step, value, smoothed value or None).
 Entry = tuple[int, int, float, float | None]
 
@@ -504,7 +593,13 @@ class MetricSeries:
     """The points of one run's curve, kept gap-free and without duplicate steps.
 
     A resumed run logs again from its checkpoint's step (`... 24, 25, 21, 22 ...`): the
-    steps it repeats replace the old ones, so the curve continues from the checkpoint.
+    steps it repeats replace the old ones, so the curve continues from the checkpoint. The
+    line RocBoard writes at a resume (AttemptStart) cuts the curve back to the checkpoint
+    at once, before the new attempt logs: the step shown then counts on from there, never
+    back. `attempts` marks where each resumed attempt begins. Within a resumed attempt the
+    trainer's tokens per second and time remaining are its own: LLaMA-Factory divides the
+    tokens counted since step 0 (and the steps since step 0) by the time since *this*
+    process began, ~15 times too many tokens per second at the first step of a resume.
 
     For the chart it also keeps, point by point, the loss's smoothed value (each computed
     once, when its point arrives) and each curve's drawn points (DrawnCurve): a redraw costs
@@ -528,24 +623,71 @@ class MetricSeries:
         self._ema_sum = array("d")
         self._ema_count = array("q")
         self._nonce = secrets.token_hex(4)  # tells this series' cursors from another's
+        self.attempts: list[AttemptMark] = []  # where each resumed attempt kept in the curve begins
+        # The attempt the next points belong to, when it is a resumed one: the step it
+        # resumed after, and the tokens counted before it (None: not known).
+        self._attempt_from: int | None = None
+        self._token_base: int | None = None
 
-    def extend(self, new_points: list[MetricPoint]) -> bool:
+    def extend(self, new_points: "list[MetricPoint | AttemptStart]") -> bool:
         changed = False
         for point in new_points:
+            if isinstance(point, AttemptStart):
+                self._start_attempt(point.attempt, point.from_step, point.tokens, point.at)
+                changed = True
+                continue
             last = self.latest
             # LLaMA-Factory's closing line, and an evaluation's line, repeat the step of the line
             # before without a loss: one point per step, which keeps the loss (and the eval loss).
             if last is not None and point.step == last.step and point.loss is None:
                 point = replace(point, **{name: getattr(last, name) for name in _CARRIED if getattr(point, name) is None})
+            elif last is not None and (point.step < last.step or (point.step == last.step and point.loss is not None)):
+                # A step logged again with no resume line before it: a log resumed before
+                # RocBoard wrote those lines. The new attempt begins after the last step kept.
+                kept = bisect_left(self.points, point.step, key=lambda p: p.step)
+                if kept:
+                    self._start_attempt(None, self.points[kept - 1].step, None, None)
+                else:  # logged again from its first step: a new start, not a resume
+                    self.attempts.clear()
+                    self._attempt_from = self._token_base = None
             if self.points and self.points[-1].step >= point.step:
                 self._go_back(point.step)
-            self._append(point)
+            self._append(self._within_attempt(point))
             changed = True
             if len(self.points) > self.max_points:
                 self._thin()
         if changed:
             self.version += 1
         return changed
+
+    def _start_attempt(self, attempt: int | None, from_step: int, tokens: int | None, at: float | None) -> None:
+        """A resumed attempt begins after `from_step`: the points after it are dropped (they are
+        trained again), and so are the marks of attempts that began at or after it."""
+        if self.points and self.points[-1].step > from_step:
+            self._go_back(from_step + 1)
+        while self.attempts and self.attempts[-1].from_step >= from_step:
+            self.attempts.pop()
+        if attempt is None:
+            attempt = self.attempts[-1].attempt + 1 if self.attempts else 2
+        self.attempts.append(AttemptMark(attempt, from_step, at))
+        if tokens is None:  # the tokens of the last step kept, when the trainer counted them
+            tokens = next((p.total_tokens for p in reversed(self.points) if p.total_tokens is not None), None)
+        self._attempt_from, self._token_base = from_step, tokens
+
+    def _within_attempt(self, point: MetricPoint) -> MetricPoint:
+        """`point` of a resumed attempt with the attempt's own tokens per second and time
+        remaining (LLaMA-Factory's count from step 0 over this process's time)."""
+        if self._attempt_from is None or point.step <= self._attempt_from:
+            return point
+        throughput = None
+        if point.throughput is not None and point.total_tokens and self._token_base is not None and point.total_tokens > self._token_base:
+            throughput = point.throughput * (point.total_tokens - self._token_base) / point.total_tokens
+        remaining = point.remaining
+        elapsed = _seconds(point.elapsed)
+        done = point.step - self._attempt_from
+        if elapsed is not None and point.total_steps >= point.step:
+            remaining = _clock_text(elapsed * (point.total_steps - point.step) / done)
+        return replace(point, throughput=throughput, remaining=remaining)
 
     def _append(self, point: MetricPoint) -> None:
         total, count = (self._ema_sum[-1], self._ema_count[-1]) if self.points else (0.0, 0)

@@ -8,8 +8,13 @@ What LLaMA-Factory 0.9.5 and transformers 5.6 do, and why each step below exists
   `resume_from_checkpoint` set, LLaMA-Factory's "output directory is not empty" check is
   skipped, so `false` is safe.)
 - The resumed trainer logs again from the checkpoint's step: the file then reads
-  `... 12, 13, 11, 12, ...`. MetricSeries drops the superseded points when it meets a
-  repeated step, so every reader (live, or fresh after a restart) sees one gap-free curve.
+  `... 12, 13, 11, 12, ...`. Before it starts, RocBoard appends one line of its own that
+  says which attempt begins after which step, with the tokens the checkpoint had counted
+  (`{"rocboard_attempt": 2, "resumed_from_step": 10, ...}`, backend.runs.logs.AttemptStart):
+  every reader (live, or fresh after a restart) cuts the curve back to the checkpoint there,
+  marks where the attempt began, and counts the attempt's tokens per second on its own.
+  MetricSeries also drops superseded points when it meets a repeated step (a log resumed
+  before that line existed), so the curve is gap-free either way.
 - The trainer writes each log line from a thread pool; a `kill -9` can leave the last line
   half written, or lose the lines of the steps just before a checkpoint. Before a resume
   the half line is closed with a newline (so the resumed trainer's first line is not glued
@@ -35,6 +40,7 @@ import re
 import secrets
 import shutil
 import stat
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +51,7 @@ import yaml
 from backend.runs import safe_files
 from backend.findings import Finding
 from backend.i18n import DEFAULT_LOCALE, Message, render_message
-from backend.runs.logs import TRAINER_LOG
+from backend.runs.logs import TRAINER_LOG, AttemptStart
 from backend.runs import (
     CONFIG_FILE,
     LOG_FILE,
@@ -89,6 +95,7 @@ class CheckpointInfo:
     step: int  # global_step, equal to the N of checkpoint-N
     max_steps: int | None  # the run's total steps, when the trainer knew it
     log_history: tuple[dict[str, Any], ...]
+    tokens: int | None = None  # num_input_tokens_seen: the tokens trained up to this step, when counted
 
 
 @dataclass(frozen=True)
@@ -199,11 +206,13 @@ def checkpoint_info(path: Path, run_dir: Path | None = None) -> CheckpointInfo |
         return None
     max_steps = state.get("max_steps")
     history = state.get("log_history")
+    tokens = state.get("num_input_tokens_seen")
     return CheckpointInfo(
         path=path,
         step=int(match.group(1)),
         max_steps=max_steps if isinstance(max_steps, int) and max_steps > 0 else None,
         log_history=tuple(h for h in history if isinstance(h, dict)) if isinstance(history, list) else (),
+        tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None,
     )
 
 
@@ -309,6 +318,14 @@ def repair_trainer_log(output_dir: Path, checkpoint: CheckpointInfo) -> list[int
     with safe_files.opened(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", "ab") as handle:
         handle.write(text.encode("utf-8"))
     return [r["current_steps"] for r in missing]
+
+
+def mark_attempt(run_dir: Path, start: AttemptStart) -> None:
+    """Appends the line that says where attempt `start.attempt` begins (after the log was
+    repaired, before the trainer starts): the readers cut the curve back to its checkpoint
+    there. Opened inside the run without following a link, like the repair."""
+    with safe_files.opened(Path(run_dir), f"{OUTPUT_DIR}/{TRAINER_LOG}", "ab") as handle:
+        handle.write((json.dumps(start.record()) + "\n").encode("utf-8"))
 
 
 # --- plan and prepare ----------------------------------------------------------------
@@ -456,6 +473,7 @@ def prepare_resume(store: RunStore, run_id: str, plan: ResumePlan | None = None)
     archive_attempt(run_dir, state.attempts)
     output = run_dir / OUTPUT_DIR
     recovered = repair_trainer_log(output, info)
+    mark_attempt(run_dir, AttemptStart(plan.attempt, info.step, info.tokens, time.time()))
     config_text = safe_files.read_text(run_dir, CONFIG_FILE, SMALL_FILE_MAX_BYTES)
     safe_files.write_atomic(run_dir, CONFIG_FILE, resume_config(config_text, plan.checkpoint, output).encode("utf-8"))
     relative = plan.checkpoint.relative_to(run_dir.resolve()) if plan.checkpoint.is_relative_to(run_dir.resolve()) else plan.checkpoint
@@ -478,6 +496,7 @@ __all__ = [
     "checkpoint_info",
     "latest_checkpoint",
     "latest_complete_checkpoint",
+    "mark_attempt",
     "prepare_resume",
     "recovered_records",
     "repair_trainer_log",

@@ -18,7 +18,7 @@ from typing import Any
 from backend.runs import RunNotFound
 from backend.service.monitors import Monitors
 from backend.service.run_manager import RunManager
-from backend.service.run_view import charts_of
+from backend.service.run_view import charts_of, progress_of
 
 # A run id as RunStore makes them; anything else is not looked up at all.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -40,11 +40,16 @@ class LiveAnswer:
     active: bool  # the run trains: the page keeps asking
     charts: dict[str, dict] | None = None  # {"loss": figure, "memory": figure}; None: the drawn ones are current
     gone: bool = False  # no such run (deleted, or never was)
+    # The progress bar of the same reading as the charts ({"percent", "text"}): the page shows
+    # it with them, so the step it says is always the loss chart's last one.
+    progress: dict[str, float | str] | None = None
 
     def as_json(self) -> dict[str, Any]:
         answer: dict[str, Any] = {"version": self.version, "active": self.active}
         if self.charts is not None:
             answer["charts"] = self.charts
+        if self.progress is not None:
+            answer["progress"] = self.progress
         if self.gone:
             answer["gone"] = True
         return answer
@@ -71,7 +76,7 @@ def live_answer(monitors: Monitors, run_manager: RunManager, run_id: str, locale
         snapshot = monitors.snapshot(state)
     except RunNotFound:
         return LiveAnswer("", False, gone=True)
-    return LiveAnswer(version_key(panel_version(snapshot.version, locale, position)), state.alive, charts_of(snapshot, locale))
+    return LiveAnswer(version_key(panel_version(snapshot.version, locale, position)), state.alive, charts_of(snapshot, locale), progress=progress_of(snapshot, locale))
 
 
 __all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "panel_version", "version_key"]

@@ -15,7 +15,7 @@ from backend.runs import artifacts
 
 from backend.runs import safe_files
 from backend.charts import MemorySeries
-from backend.runs.logs import TRAINER_LOG, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_metric, parse_trainer_print
+from backend.runs.logs import TRAINER_LOG, AttemptMark, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_curve_records, parse_trainer_print
 from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore
 from backend.snapshot import RunSnapshot
 from backend.telemetry.base import Reading
@@ -35,6 +35,9 @@ NODES_LOOK_S = 2.0  # how often a monitor looks for nodes that started sampling
 # line by line: the page shows the whole curve at once, never after minutes of polls.
 CATCH_UP_SAMPLE_BYTES = 32 * 1024 * 1024
 CATCH_UP_TAIL_BYTES = 4 * 1024 * 1024
+# Two readings of one series further apart than this (the sampler reads every second or two)
+# mean nothing was measured in between (no process, the app down): the chart breaks its line.
+MEMORY_GAP_S = 15.0
 
 
 class RunMonitor:
@@ -69,8 +72,7 @@ class RunMonitor:
                 return
             self._last_poll = now
             changed = self._catch_up_by_sampling()
-            points = [p for p in map(parse_metric, self.metrics_tail.poll()) if p is not None]
-            changed = self.series.extend(points) or changed
+            changed = self.series.extend(parse_curve_records(self.metrics_tail.poll())) or changed
             for line in self.console_tail.poll():
                 printed = parse_trainer_print(line)
                 if printed is not None and "grad_norm" in printed:
@@ -120,7 +122,7 @@ class RunMonitor:
         try:
             with safe_files.opened(self.run_dir, tail.relative) as handle:
                 for lines in sampled_lines(handle, 0, boundary, CURVE_WINDOWS, CURVE_WINDOW_BYTES):
-                    changed = self.series.extend([p for p in map(parse_metric, parse_records(lines).records) if p is not None]) or changed
+                    changed = self.series.extend(parse_curve_records(parse_records(lines).records)) or changed
         except OSError:
             return False
         tail.skip_to_line_after(boundary)
@@ -149,8 +151,11 @@ class RunMonitor:
             if reading.node:
                 label = f"{reading.node} · {label}"  # every GPU of every node of a Slurm job
             series = self.memory[key] = MemorySeries(reading.gpu, label)
+        at = reading.at - self.first_sample_at
+        if series.times and at - series.times[-1] > MEMORY_GAP_S:
+            series.breaks.append(at)  # nothing was measured for a while: a gap, not a line across
         series.add(
-            reading.at - self.first_sample_at,
+            at,
             reading.used_bytes,
             reading.total_bytes,
             reading.util_pct,
@@ -166,11 +171,12 @@ class RunMonitor:
             "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"
         )
 
-    def contents(self) -> tuple[list[MetricPoint], list[MemorySeries], str, int, int, dict[str, list[Entry]]]:
+    def contents(self) -> tuple[list[MetricPoint], list[MemorySeries], str, int, int, dict[str, list[Entry]], tuple[AttemptMark, ...], float | None]:
         """(points, memory series, memory label, garbage lines, counter, the loss chart's
-        drawn curves), copied under the lock: the backend's watcher may be polling while a
-        tab reads. The drawn curves are kept up to date point by point (MetricSeries.chart):
-        a chart costs what it draws, not what the run logged."""
+        drawn curves, where each resumed attempt begins, the time of the first reading),
+        copied under the lock: the backend's watcher may be polling while a tab reads. The
+        drawn curves are kept up to date point by point (MetricSeries.chart): a chart costs
+        what it draws, not what the run logged."""
         with self._lock:
             return (
                 list(self.series.points),
@@ -179,6 +185,8 @@ class RunMonitor:
                 self.metrics_tail.garbage_lines,
                 self.counter,
                 self.series.chart(),
+                tuple(self.series.attempts),
+                self.first_sample_at,
             )
 
 
@@ -226,7 +234,7 @@ class Monitors:
         # polling it), and the backend's watcher may have polled just before the last lines.
         monitor.poll(force=not state.active)
         run_dir = self.store.run_dir(state.id)
-        points, memory, memory_label, garbage_lines, counter, chart = monitor.contents()
+        points, memory, memory_label, garbage_lines, counter, chart, attempts, first_sample_at = monitor.contents()
         adapter = artifacts.has_adapter(run_dir)
         return RunSnapshot(
             run=state,
@@ -239,6 +247,9 @@ class Monitors:
             alert=monitor.alert(),
             chart=chart,
             version=_version(state, counter, adapter),
+            attempts=attempts,
+            # The memory chart's x is seconds since the first reading: each resume there.
+            memory_breaks=tuple((a.attempt, a.at - first_sample_at) for a in attempts if a.at is not None and first_sample_at is not None),
         )
 
     def version(self, state: RunState) -> tuple:
@@ -265,6 +276,7 @@ __all__ = [
     "LOG_TAIL_LINES",
     "MAX_GRAD_NORMS",
     "MAX_READINGS",
+    "MEMORY_GAP_S",
     "Monitors",
     "POLL_INTERVAL_S",
     "RunMonitor",

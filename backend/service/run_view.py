@@ -90,10 +90,18 @@ def charts_of(snapshot: RunSnapshot, locale: str = "en") -> dict[str, dict]:
     """The run's two charts, as plotly figure dicts, by the page's element name. The page
     fetches them from its own small route (ui/live.py), not through a Gradio event: see
     docs/architecture.md, "The watcher"."""
+    loss_marks, memory_marks = view.attempt_marks(snapshot, locale)
     return {
-        "loss": loss_figure(snapshot.chart if snapshot.chart is not None else snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale)),
-        "memory": memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale)),
+        "loss": loss_figure(snapshot.chart if snapshot.chart is not None else snapshot.points, title=translate("chart.loss", locale), names=view.loss_chart_names(locale), marks=loss_marks),
+        "memory": memory_figure(snapshot.memory, view.memory_title(snapshot, locale), names=view.memory_chart_names(locale), marks=memory_marks),
     }
 
 
-__all__ = ["RunView", "charts_of", "gone_view", "idle_view", "run_view", "unchanged_view"]
+def progress_of(snapshot: RunSnapshot, locale: str = "en") -> dict[str, float | str]:
+    """The progress bar's width and words, as the watcher draws them beside the charts (read
+    from the same snapshot: the step it says is the chart's last)."""
+    percent, text = view.progress_parts(snapshot, locale)
+    return {"percent": round(max(0.0, min(100.0, percent)), 1), "text": text}
+
+
+__all__ = ["RunView", "charts_of", "gone_view", "idle_view", "progress_of", "run_view", "unchanged_view"]
