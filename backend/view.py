@@ -552,6 +552,47 @@ def _clock(at: float | None) -> str:
 def queue_markdown(active, queued, slurm_runs, locale: str = "en", slurm_problem: str = "") -> str:
     """The queue, as the Runs tab shows it: what trains here now, the runs queued here in the
     order they start, and every Slurm run that waits or runs with why it waits."""
+    return local_queue_markdown(active, queued, locale) + "\n\n" + slurm_queue_markdown(slurm_runs, locale, slurm_problem)
+
+
+MAX_DETAILED_RUNS = 8  # runs side by side in the Runs tab's details; the first ones chosen
+
+
+def run_details_markdown(summaries, run_ids: list[str], locale: str = "en") -> str:
+    """The chosen runs (backend.runs.history.RunSummary) with every column, the ones the
+    table leaves out too, side by side: a column per run in the order chosen, a row per
+    setting. "" when none of them is on disk."""
+    from backend.runs.history import HISTORY_COLUMNS, history_headers, summary_words
+
+    by_id = {s.id: s for s in summaries}
+    chosen = [by_id[run_id] for run_id in dict.fromkeys(run_ids) if run_id in by_id][:MAX_DETAILED_RUNS]
+    if not chosen:
+        return ""
+    words = [summary_words(s, locale) for s in chosen]
+    headers = dict(zip(HISTORY_COLUMNS, history_headers(locale)))
+    lines = [
+        f"**{escape_markdown(t('runs.details', locale))}**",
+        "",
+        "| | " + " | ".join(code_span(s.id) for s in chosen) + " |",
+        "|---|" + "---|" * len(chosen),
+    ]
+    for column in HISTORY_COLUMNS[1:]:
+        cells = [escape_markdown(w[column], 300) if w[column] else "—" for w in words]
+        lines.append(f"| {escape_markdown(headers[column])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def delete_confirm_markdown(run_ids: list[str], locale: str = "en") -> str:
+    """What Delete asks before it deletes: of the one run, or of the several chosen."""
+    names = t("actions.separator", locale).join(code_span(run_id) for run_id in run_ids)
+    if len(run_ids) == 1:
+        return t("runs.confirm_delete_one", locale, run=names)
+    return t("runs.confirm_delete_many", locale, count=len(run_ids), runs=names)
+
+
+def local_queue_markdown(active, queued, locale: str = "en") -> str:
+    """This machine's queue: what trains here now and the runs queued here, in the order they
+    start; one line when none waits."""
     lines = [f"**{t('queue.here', locale)}**", ""]
     if active is not None:
         lines += [t("queue.training_now", locale, run_id=code_span(active.id)[1:-1]), ""]
@@ -561,7 +602,12 @@ def queue_markdown(active, queued, slurm_runs, locale: str = "en", slurm_problem
             lines.append(f"| {number} | {code_span(state.id)} | {escape_markdown(state.name, 80)} | {_clock(state.queued_at)} |")
     else:
         lines.append(t("queue.empty", locale))
-    lines += ["", f"**{t('queue.slurm', locale)}**", ""]
+    return "\n".join(lines)
+
+
+def slurm_queue_markdown(slurm_runs, locale: str = "en", slurm_problem: str = "") -> str:
+    """Every Slurm run that waits or runs, with why it waits (Slurm is their queue)."""
+    lines = [f"**{t('queue.slurm', locale)}**", ""]
     if slurm_runs:
         lines += [f"| {t('runs.column.run', locale)} | {t('queue.column.job', locale)} | {t('runs.column.state', locale)} | {t('queue.column.detail', locale)} |", "|---|---|---|---|"]
         for state in slurm_runs:

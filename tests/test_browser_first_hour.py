@@ -705,27 +705,22 @@ def test_a_yaml_runs_as_it_is_and_its_run_shows_every_key(app_server, page_in, b
 
 # --- the runs table sorts by value ---------------------------------------------------------------
 
-SORTED_RATES = (1e-5, 2e-4, 5e-3)  # as text: "0.0002" < "0.005" < "1e-05"
+SORTED_DURATIONS = (9, 60, 660)  # as text: "11m 00s" < "1m 00s" < "9s" (and "1 分 00 秒" < "11 分 00 秒" < "9 秒")
 
 
 @pytest.fixture
 def server_with_three_runs(tmp_path):
     """An app over three hand-built finished runs (laid out as LLaMA-Factory writes them, see
-    tests/test_resume.py) whose learning rates sort differently as numbers and as text."""
+    tests/test_resume.py) whose durations sort differently as numbers and as text."""
     import time
 
-    import yaml
-
-    from backend.runs import CONFIG_FILE, RunStore
+    from backend.runs import RunStore
     from tests.test_resume import make_run
 
     store = RunStore(tmp_path / "runs")
-    for logged, rate in ((13, SORTED_RATES[1]), (5, SORTED_RATES[0]), (20, SORTED_RATES[2])):
+    for logged, seconds in ((13, SORTED_DURATIONS[1]), (5, SORTED_DURATIONS[0]), (20, SORTED_DURATIONS[2])):
         run_id = make_run(store, state="finished", logged=logged)
-        config_path = store.run_dir(run_id) / CONFIG_FILE
-        config = yaml.safe_load(config_path.read_text())
-        config["learning_rate"] = rate
-        config_path.write_text(yaml.safe_dump(config))
+        store.update(run_id, started_at=1000.0, ended_at=1000.0 + seconds)
         time.sleep(1.05)  # run ids are to the second
     server = AppServer(workdir=tmp_path).start()
     try:
@@ -735,7 +730,9 @@ def server_with_three_runs(tmp_path):
 
 
 @pytest.mark.parametrize("browser_locale", LOCALES)
-def test_the_runs_table_sorts_learning_rates_as_numbers(server_with_three_runs, chromium, browser_locale) -> None:
+def test_the_runs_table_sorts_durations_as_numbers(server_with_three_runs, chromium, browser_locale) -> None:
+    from backend.runs.history import format_duration
+
     locale = LOCALES[browser_locale]
     context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
     try:
@@ -743,11 +740,11 @@ def test_the_runs_table_sorts_learning_rates_as_numbers(server_with_three_runs, 
         page.goto(f"{server_with_three_runs.url}/?__theme=light")
         page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
         page.get_by_role("tab", name=translate("tab.runs", locale)).click()
-        header = translate("runs.column.learning_rate", locale)
+        header = translate("runs.column.duration", locale)
         column_js = "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0).findIndex(t => t.innerText.includes(header))"
         page.wait_for_function(f"(header) => ({column_js})(header) >= 0", arg=header, timeout=UI_TIMEOUT_MS)
         column = page.evaluate(column_js, header)
-        rates_js = f"() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.getBoundingClientRect().height > 0).map(r => r.children[{column}]?.innerText.trim()).filter(t => t)"
+        rates_js = f"() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.getBoundingClientRect().height > 0).map(r => r.children[{column}]?.innerText.split(/\\s+/).join(' ').trim()).filter(t => t)"
         page.wait_for_function(f"() => ({rates_js})().length >= 3", timeout=UI_TIMEOUT_MS)
         # Gradio's column menu: the header's ⋮ button, then "Sort ascending" (Gradio's own
         # words, in the browser's language). The menu can miss a click made while the table
@@ -767,7 +764,7 @@ def test_the_runs_table_sorts_learning_rates_as_numbers(server_with_three_runs, 
 
         wait_until(menu_open, UI_TIMEOUT_MS / 1000, interval=0.5, what="the column menu to open")
         sort_ascending.first.click()
-        expected = [f"{rate:g}" for rate in SORTED_RATES]
+        expected = [format_duration(seconds, locale) for seconds in SORTED_DURATIONS]
         page.wait_for_function(f"(expected) => JSON.stringify(({rates_js})().slice(-3)) === JSON.stringify(expected)", arg=expected, timeout=UI_TIMEOUT_MS)
     finally:
         context.close()

@@ -35,6 +35,11 @@ from tests.harness import copy_run, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures" / "evaluate"
 EVAL_TIMEOUT_S = 180.0
+# Datasets the fixture registers (the Data tab's way) beside the trained demo run, which trained
+# on the demo's `demo` without a validation split: 12 of its rows in a file of their own, all of
+# them in reverse order (another file: long enough to stop an evaluation midway), and the demo's
+# own file under another name (still what the run trained on).
+SAMPLE, LONG, COPY = "data:demo-sample", "data:demo-reversed", "data:demo-copy"
 
 
 # --- the parse functions, on real files -------------------------------------------------------
@@ -131,9 +136,18 @@ def run_dirs(runs: Path) -> set[str]:
 @pytest.fixture
 def board_with_run(trained_demo_run, tmp_path):
     """A board over a copy of the trained demo run; every evaluation it left running is stopped."""
+    from backend.demo import DEMO_DIR
+
     src_runs, run_id = trained_demo_run
     copy_run(src_runs, run_id, tmp_path / "runs")
     board = RocBoard(tmp_path / "runs")
+    demo_file = DEMO_DIR / "data" / "demo.json"
+    rows = json.loads(demo_file.read_text())
+    files = {SAMPLE: json.dumps(rows[:12]), LONG: json.dumps(rows[::-1]), COPY: demo_file.read_text()}
+    for value, text in files.items():
+        name = value.split(":", 1)[1]
+        (tmp_path / f"{name}.json").write_text(text)
+        assert board.data.add("upload", str(tmp_path / f"{name}.json"), name).name == name
     yield board, run_id
     for state in board.store.list():
         if board.is_active(state.id):
@@ -152,7 +166,7 @@ def test_a_real_evaluation_stores_predictions_and_scores_shown_in_the_runs_table
     assert [value for _, value in desk.source_choices()] == [source]
     assert desk.checkpoints(source)[0] == "final" and "checkpoint-100" in desk.checkpoints(source)
     started_at = time.monotonic()
-    result = desk.start(source, "demo:demo", "final", 12, 16)
+    result = desk.start(source, SAMPLE, "final", 12, 16)
     assert result.run is not None, [f.line() for f in result.findings]
     eval_id = result.run.id
     assert result.run.kind == "evaluate" and result.run.source_run == source
@@ -165,7 +179,7 @@ def test_a_real_evaluation_stores_predictions_and_scores_shown_in_the_runs_table
 
     run_dir = board.store.run_dir(eval_id)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["do_predict"] is True and config["do_train"] is False and config["eval_dataset"] == "demo"
+    assert config["do_predict"] is True and config["do_train"] is False and config["eval_dataset"] == "demo-sample"
     assert config["adapter_name_or_path"] == str(board.store.run_dir(source) / OUTPUT_DIR)
     assert config["output_dir"] == str(run_dir / OUTPUT_DIR) and config["max_samples"] == 12 and config["max_new_tokens"] == 16
     assert (run_dir / OUTPUT_DIR / RESULTS_FILE).is_file() and (run_dir / OUTPUT_DIR / PREDICTIONS_FILE).is_file()
@@ -183,7 +197,7 @@ def test_a_real_evaluation_stores_predictions_and_scores_shown_in_the_runs_table
     rows = {row[0]: dict(zip(HISTORY_HEADERS, row)) for row in summaries_table(summaries)}
     assert rows[eval_id]["Kind"] == "evaluation" and rows[source]["Kind"] == "training"
     assert rows[eval_id][translate("eval.column.scores", "en")] == rows[source][translate("eval.column.scores", "en")] == format_scores(scores)
-    assert rows[eval_id]["Dataset"] == "demo" and rows[eval_id]["Learning rate"] == ""
+    assert rows[eval_id]["Dataset"] == "demo-sample" and rows[eval_id]["Learning rate"] == ""
     values = {s.id: dict(zip(HISTORY_HEADERS, v)) for s, v in zip(summaries, summaries_sort_values(summaries))}
     assert values[eval_id][translate("eval.column.scores", "en")] == pytest.approx(scores.bleu4)
     zh = {row[0]: row for row in summaries_table(summaries, "zh-CN")}
@@ -193,7 +207,7 @@ def test_a_real_evaluation_stores_predictions_and_scores_shown_in_the_runs_table
     assert panel.download is None and "do_predict: true" in (panel.config_yaml or "")
     # An evaluation is not a training run: it is not offered for evaluation, nor evaluated.
     assert eval_id not in [value for _, value in desk.source_choices()]
-    refused = desk.start(eval_id, "demo:demo")
+    refused = desk.start(eval_id, SAMPLE)
     assert refused.run is None and refused.findings[0].rule == "eval-not-trained"
     # After a restart, an evaluation whose process ended unseen is settled from its files:
     # its scores say it finished (it wrote no adapter).
@@ -240,28 +254,31 @@ def test_every_refusal_leaves_no_run_behind(board_with_run, tmp_path) -> None:
         assert rule in [f.rule for f in result.findings], [f.line() for f in result.findings]
         assert run_dirs(board.store.root) == before
 
-    refused("eval-run-missing", "no-such-run", "demo:demo")
-    refused("eval-run-missing", "../../etc", "demo:demo")
+    refused("eval-run-missing", "no-such-run", SAMPLE)
+    refused("eval-run-missing", "../../etc", SAMPLE)
     refused("eval-dataset-missing", source, "data:nothing")
     refused("eval-dataset-missing", source, "demo:demo_dpo")
+    # What the run trained on is never held-out data, under its own name or another.
+    refused("eval-trained-on", source, "demo:demo")
+    refused("eval-trained-on", source, COPY)
     refused("eval-no-split", source, "split")
-    refused("eval-checkpoint-missing", source, "demo:demo", "checkpoint-7")
-    refused("eval-bad-number", source, "demo:demo", "final", 0, 16)
-    refused("eval-bad-number", source, "demo:demo", "final", 12, "lots")
-    refused("eval-bad-number", source, "demo:demo", "final", 12, 10**9)
+    refused("eval-checkpoint-missing", source, SAMPLE, "checkpoint-7")
+    refused("eval-bad-number", source, SAMPLE, "final", 0, 16)
+    refused("eval-bad-number", source, SAMPLE, "final", 12, "lots")
+    refused("eval-bad-number", source, SAMPLE, "final", 12, 10**9)
 
     # The base model deleted: its path in the run's form no longer exists.
     form_path = board.store.run_dir(source) / "form.json"
     form = json.loads(form_path.read_text())
     form_path.write_text(json.dumps({**form, "model_path": str(tmp_path / "deleted-model")}))
-    refused("eval-base-missing", source, "demo:demo")
+    refused("eval-base-missing", source, SAMPLE)
     form_path.write_text(json.dumps(form))
 
     # No adapter: neither the final one nor a checkpoint.
     output = board.store.run_dir(source) / OUTPUT_DIR
     for path in [output / "adapter_model.safetensors", *output.glob("checkpoint-*/adapter_model.safetensors")]:
         path.unlink()
-    refused("eval-no-adapter", source, "demo:demo")
+    refused("eval-no-adapter", source, SAMPLE)
     assert source not in [value for _, value in desk.source_choices()]
 
 
@@ -270,13 +287,13 @@ def test_stop_ends_a_running_evaluation_and_one_run_at_a_time(board_with_run) ->
 
     board, source = board_with_run
     # Every row of the demo, up to 512 new tokens each: long enough to be stopped midway.
-    result = board.evaluations.start(source, "demo:demo", "final", 1000, 512)
+    result = board.evaluations.start(source, LONG, "final", 1000, 512)
     assert result.run is not None, [f.line() for f in result.findings]
     eval_id = result.run.id
     pid = board.store.read(eval_id).pid
     before = run_dirs(board.store.root)
     # One run at a time: a second evaluation is refused while it runs, a training waits in the queue.
-    second = board.evaluations.start(source, "demo:demo", "final", 12, 16)
+    second = board.evaluations.start(source, SAMPLE, "final", 12, 16)
     assert second.run is None and [f.rule for f in second.findings] == ["run-active"]
     assert run_dirs(board.store.root) == before
     queued = board.start(demo_form())
@@ -301,7 +318,7 @@ def test_a_failed_evaluation_is_diagnosed(board_with_run, tmp_path) -> None:
     model = Path(shutil.copytree(board.store.read_form(source)["model_path"], tmp_path / "model-copy"))
     form_path = board.store.run_dir(source) / "form.json"
     form_path.write_text(json.dumps({**json.loads(form_path.read_text()), "model_path": str(model)}))
-    result = board.evaluations.start(source, "demo:demo", "final", 12, 16)
+    result = board.evaluations.start(source, SAMPLE, "final", 12, 16)
     assert result.run is not None, [f.line() for f in result.findings]
     shutil.rmtree(model)  # the child spends seconds importing before it reads the model
     state = wait_for_end(board, result.run.id)
@@ -310,3 +327,102 @@ def test_a_failed_evaluation_is_diagnosed(board_with_run, tmp_path) -> None:
     assert cause and fix, (board.store.run_dir(result.run.id) / "train.log").read_text()[-2000:]
     answer = board.evaluations.view(result.run.id)
     assert "failed" in answer.status and cause in answer.status and answer.rows == []
+
+
+# --- what the tab shows ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prompt, user",
+    [
+        ("<|im_start|>system\nYou are kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n", "Hi there"),
+        ("<bos><start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\n", "Name a colour."),
+        ("<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nWhy is the sky blue? [/INST]", "Why is the sky blue?"),
+        ("<s>[INST] first [/INST] answer</s>[INST] second [/INST]", "second"),
+        ("### Instruction:\nAdd 2 and 3.\n\n### Response:\n", "Add 2 and 3."),
+        ("Human: Tell me a joke.\nAssistant:", "Tell me a joke."),
+        ("<|user|>\nTranslate cat.<|end|>\n<|assistant|>\n", "Translate cat."),
+        ("<｜begin▁of▁sentence｜><｜User｜>What is 1+1?<｜Assistant｜>", "What is 1+1?"),
+        ("<|some_new_token|>A template RocBoard does not know<|other|>", "A template RocBoard does not know"),
+        ("plain text, no template", "plain text, no template"),
+    ],
+)
+def test_the_users_text_of_a_templated_prompt(prompt: str, user: str) -> None:
+    from backend.evaluate.results import user_text
+
+    assert user_text(prompt) == user
+
+
+def test_the_users_text_of_real_llama3_prompts() -> None:
+    rows = parse_predictions((FIXTURES / "real_generated_predictions.jsonl").read_bytes())
+    assert rows[0].user_text == "Give the opposite of the word.\ndown"
+    assert all("<|" not in row.user_text and row.user_text for row in rows)
+
+
+def test_held_out_data_is_never_what_the_run_trained_on(board_with_run, tmp_path) -> None:
+    board, source = board_with_run
+    desk = board.evaluations
+    # The demo's own dataset and the copy of its file under another name are left out, by name.
+    assert [value for _, value in desk.dataset_choices(source)] == [SAMPLE, LONG]
+    assert desk.held_out_values(source) == ([SAMPLE, LONG], ["demo", "demo-copy"])
+    note = desk.held_out_note(source, SAMPLE)
+    assert note == translate("eval.held_out.registered", "en", name="`demo-sample`") + " " + translate("eval.held_out.left_out", "en", names="`demo`, `demo-copy`")
+    assert "demo-reversed" in desk.held_out_note(source, LONG)
+    zh = desk.held_out_note(source, SAMPLE, "zh-CN")
+    assert "训练" in zh and "`demo-copy`" in zh
+    # Trained with a validation split: the split is offered first, and said to be held out.
+    form_path = board.store.run_dir(source) / "form.json"
+    form = json.loads(form_path.read_text())
+    form_path.write_text(json.dumps({**form, "val_size": 0.1}))
+    assert desk.held_out_values(source)[0] == ["split", SAMPLE, LONG]
+    assert desk.held_out_note(source, "split") == translate(
+        "eval.held_out.split", "en", datasets="`demo`", val_size="0.1", seed=form.get("seed", 42)
+    ) + " " + translate("eval.held_out.left_out", "en", names="`demo`, `demo-copy`")
+    # Trained on the registered sample (by its folder and name): that one is left out instead,
+    # and the demo's dataset is offered.
+    form_path.write_text(json.dumps({**form, "dataset_dir": str(board.data.folder), "dataset": "demo-sample"}))
+    assert desk.held_out_values(source) == ([LONG, COPY, "demo:demo"], ["demo-sample"])
+    # Nothing but what it trained on: nothing offered, and why.
+    form_path.write_text(json.dumps(form))
+    for name in ("demo-sample", "demo-reversed"):
+        info = json.loads((board.data.folder / "dataset_info.json").read_text())
+        info.pop(name)
+        (board.data.folder / "dataset_info.json").write_text(json.dumps(info))
+    assert desk.dataset_choices(source) == []
+    assert desk.held_out_note(source, None) == translate("eval.held_out.none", "en", datasets="`demo`")
+
+
+def test_the_same_data_is_found_by_name_path_link_and_bytes(tmp_path) -> None:
+    from backend.evaluate.held_out import SameData, trained_on
+
+    trained_dir, other = tmp_path / "trained", tmp_path / "other"
+    trained_dir.mkdir()
+    other.mkdir()
+    (trained_dir / "rows.json").write_text('[{"instruction": "a", "output": "b"}]')
+    (trained_dir / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "rows.json"}, "hub": {"hf_hub_url": "x/y"}}))
+    (other / "copy.json").write_bytes((trained_dir / "rows.json").read_bytes())
+    (other / "changed.json").write_text('[{"instruction": "a", "output": "c"}]')
+    (other / "linked.json").symlink_to(trained_dir / "rows.json")
+    info = {name: {"file_name": f"{name}.json"} for name in ("copy", "changed", "linked")}
+    info["absolute"] = {"file_name": str(trained_dir / "rows.json")}
+    (other / "dataset_info.json").write_text(json.dumps(info))
+    # A relative dataset_dir is the trainer's: in the run's folder.
+    trained = trained_on({"dataset_dir": "../trained", "dataset": "mine, hub"}, tmp_path / "run")
+    assert trained.folder == str(trained_dir.resolve()) and trained.names == ("mine", "hub")
+    same = SameData()
+    assert same.same(trained, trained_dir, "mine") and same.same(trained, trained_dir, "hub")
+    assert same.same(trained, other, "copy") and same.same(trained, other, "linked") and same.same(trained, other, "absolute")
+    assert not same.same(trained, other, "changed") and not same.same(trained, other, "missing")
+
+
+def test_the_table_says_when_it_has_nothing_and_shows_the_template_on_demand(board_with_run) -> None:
+    from backend.service.evaluation_desk import EvaluationView
+
+    desk = board_with_run[0].evaluations
+    assert desk.table(EvaluationView(None)) is None
+    assert desk.table_empty(EvaluationView(None), "zh-CN") == translate("eval.table.empty", "zh-CN")
+    assert desk.table_empty(EvaluationView("e", state="failed")) == translate("eval.table.none_written", "en")
+    answer = EvaluationView("e", state="finished", rows=[["Hi", "ref", "pred"]], prompts=["<|im_start|>user\nHi<|im_end|>"])
+    assert desk.table_empty(answer) == ""
+    assert desk.table(answer) == {"headers": ["Prompt", "Reference", "Prediction"], "data": [["Hi", "ref", "pred"]]}
+    assert desk.table(answer, "zh-CN", with_template=True)["data"] == [["<|im_start|>user\nHi<|im_end|>", "ref", "pred"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -246,3 +247,60 @@ def test_cells_sort_by_numbers_where_the_table_shows_numbers(store):
     # A NaN loss is shown as "nan" but sorts as no value (JSON has no NaN).
     nan = history.RunSummary(**{**summaries[0].__dict__, "last_loss": float("nan")})
     assert summaries_sort_values([nan])[0][HISTORY_HEADERS.index("Last loss")] is None
+
+
+# --- the Runs tab: its columns, a run's details, the delete question, the queues (issue 27) ---
+
+
+def test_the_table_shows_its_columns_and_the_details_every_column_escaped(store):
+    from backend.runs.history import TABLE_COLUMNS, history_headers
+    from backend.view import run_details_markdown
+
+    run_id = add_run(store, "<img src=x onerror=alert(1)>", "finished", log_text(range(1, 31), 30), attempts=2, started_at=0.0, ended_at=75.0)
+    (store.run_dir(run_id) / "config.yaml").write_text("dataset: '[x](javascript:alert(1))'\nlearning_rate: 0.0002\nmax_steps: 30\n")
+    summaries = summarize_runs(store)
+    headers = history_headers("zh-CN", TABLE_COLUMNS)
+    row = dict(zip(headers, summaries_table(summaries, "zh-CN", TABLE_COLUMNS)[0]))
+    assert list(row) == ["运行", "名称", "状态", "运行位置", "最新损失", "最佳验证损失", "分数（BLEU-4 · ROUGE-L）", "时长", "开始时间"]
+    assert row["状态"] == "已完成（第 2 次尝试）" and row["时长"] == format_duration(75, "zh-CN")
+
+    details = run_details_markdown(summaries, [run_id, "no-such-run", run_id], "en")
+    assert details.count(f"`{run_id}`") == 1  # each chosen run once; an unknown one left out
+    for label, value in (("Preset", "cpu-demo"), ("Learning rate", "0.0002"), ("Epochs / max steps", "30 steps"), ("Steps", "30 / 30"), ("Kind", "training")):
+        assert f"| {label} | {value} |" in re.sub(r"\\(.)", r"\1", details), (label, details)  # as read, escapes off
+    assert "<img" not in details and "](javascript" not in details  # user text shown as text
+    assert run_details_markdown(summaries, ["no-such-run"], "en") == ""
+
+
+def test_the_delete_question_says_one_run_or_several():
+    from backend.view import delete_confirm_markdown
+
+    assert delete_confirm_markdown(["a"], "en") == "Delete run `a`? This removes its directory, its checkpoints and its adapter."
+    assert delete_confirm_markdown(["a", "b"], "en") == "Delete these 2 runs: `a`, `b`? This removes their directories, checkpoints and adapters."
+    assert delete_confirm_markdown(["a"], "zh-CN").startswith("删除运行 `a`？这会删除它的目录")
+    assert delete_confirm_markdown(["a", "b"], "zh-CN").startswith("删除这 2 个运行：`a`、`b`？这会删除它们的目录")
+
+
+def test_the_slurm_queue_shows_where_slurm_is_set_up_or_a_run_used_it(tmp_path):
+    from backend.service import RocBoard
+    from backend.slurm.client import SlurmClient
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("sbatch", "squeue", "scontrol", "scancel"):
+        (tools / tool).write_text("#!/bin/sh\nexit 0\n")
+        (tools / tool).chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    assert not SlurmClient(env={"PATH": str(tmp_path / "none")}).configured()  # no commands
+    assert not SlurmClient(env={"PATH": str(tools), "SLURM_CONF": str(conf)}).configured()  # no conf
+    conf.write_text("ClusterName=test\n")
+    assert SlurmClient(env={"PATH": str(tools), "SLURM_CONF": str(conf)}).configured()
+
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+    board.run_manager.slurm.client = SlurmClient(env={"PATH": str(tmp_path / "none")})
+    queues = board.queue_view("en")
+    assert (queues.queued, queues.slurm, queues.slurm_shown) == ([], "", False)
+    assert "No run is queued here." in queues.local
+    run_id = add_run(board.store, "on-slurm", "finished", None, executor="slurm", job_id="7")
+    queues = board.queue_view("zh-CN")
+    assert queues.slurm_shown and "Slurm（它自己的队列）" in queues.slurm and run_id not in queues.slurm  # it waits no more

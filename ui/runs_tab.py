@@ -1,4 +1,5 @@
-"""The Runs tab: every run on disk, open one's charts, overlay several, delete one."""
+"""The Runs tab: every run on disk, open one's charts, overlay several, delete some; the
+chosen runs' details; this machine's queue and Slurm's."""
 
 from __future__ import annotations
 
@@ -8,20 +9,30 @@ import gradio as gr
 
 from backend import view
 from backend.i18n import translate
-from backend.runs.history import HISTORY_COLUMNS
+from backend.runs.history import TABLE_COLUMNS
 from backend.service import RocBoard
 from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
 
 
-# The state column never wraps ("finishe d"), nor do the numbers; the table scrolls sideways.
-_NOWRAP = [HISTORY_COLUMNS.index(column) + 1 for column in ("kind", "state", "where", "learning_rate", "length", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started")]
-RUNS_CSS = "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2] + " { white-space: nowrap !important; overflow-wrap: normal !important; word-break: normal !important; }\n"
+# A state, a loss or the scores never wrap ("finishe d", "已完成（第"); every other cell may, but
+# only where a line may break (at a space, after a hyphen: "20261201-191907-" / "demo"),
+# never inside a word; headers too ("Best eval" / "loss"), rather than being cut. Cells and
+# headers in the page's font: the table's monospace needs a third more room.
+_NOWRAP = [TABLE_COLUMNS.index(column) + 1 for column in ("state", "last_loss", "best_eval_loss", "scores")]
+RUNS_CSS = (
+    "".join(f"#runs-table td:nth-child({n}), #runs-table td:nth-child({n}) *, " for n in _NOWRAP)[:-2]
+    + " { white-space: nowrap !important; }\n"
+    + "#runs-table td, #runs-table td *, #runs-table th, #runs-table th * { overflow-wrap: normal !important; word-break: normal !important; font-family: var(--font) !important; }\n"
+    + "#runs-table th .header-content, #runs-table th .header-content * { white-space: normal !important; text-overflow: clip !important; }\n"
+    + "#runs-details table { font-size: 0.95em; }\n"
+)
 
-
-# Room for each column's longest usual value (a run id, "finished", "100 / 100", a start
-# time): Gradio otherwise gives every column the same share and cuts what overflows.
-RUNS_COLUMN_WIDTHS = ["145px", "75px", "100px", "85px", "105px", "75px", "70px", "100px", "88px", "120px", "105px", "75px", "75px", "115px", "65px", "150px"]
+# Each column's share of the table (in TABLE_COLUMNS' order), measured for the longest usual
+# words in either language in a 1,200-pixel window (a 960-pixel table): "finished (attempt 2)"
+# and "已完成（第 2 次尝试）" on one line, a loss, "41.6 · 44.9", "59 分 59 秒"; a run id, a name,
+# "Slurm job 123456" and a start time take two lines where they must.
+RUNS_COLUMN_WIDTHS = ["14.6%", "9.6%", "16.9%", "12%", "6.9%", "7.5%", "10.8%", "10%", "11.7%"]
 
 
 def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:
@@ -43,43 +54,61 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         open_button = texts.value(gr.Button(texts("button.open_run"), elem_id="runs-open"), "button.open_run")
         compare_button = texts.value(gr.Button(texts("button.compare"), elem_id="runs-compare"), "button.compare")
         delete_button = texts.value(gr.Button(texts("button.delete"), variant="stop", elem_id="runs-delete"), "button.delete")
-        confirm_button = texts.value(gr.Button(texts("button.confirm_delete"), variant="stop", visible=False, elem_id="runs-confirm-delete"), "button.confirm_delete")
     message = gr.Markdown("", elem_id="runs-message")
-    # The queue: this machine's (in the order the runs start) and the Slurm jobs that wait or run.
-    queue_box = gr.Markdown(board.queue_markdown("en"), elem_id="queue")
-    with gr.Row():
-        queue_pick = texts.label(gr.Dropdown(choices=queue_choices(board), value=None, label=texts("queue.pick"), elem_id="queue-pick"), "queue.pick")
+    # Asked before anything is deleted: yes, or leave it.
+    with gr.Row(visible=False, elem_id="runs-confirm-row") as confirm_row:
+        confirm_button = texts.value(gr.Button(texts("button.confirm_delete"), variant="stop", elem_id="runs-confirm-delete"), "button.confirm_delete")
+        cancel_delete_button = texts.value(gr.Button(texts("button.cancel_delete"), elem_id="runs-cancel-delete"), "button.cancel_delete")
+    # Compare draws here, right under its button; shown once there is something to draw.
+    overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), visible=False, elem_id="runs-overlay"), "label.overlay_chart")
+    details = gr.Markdown("", elem_id="runs-details")
+    # This machine's queue (in the order the runs start; its buttons only while a run waits in
+    # it), then Slurm's (only where Slurm is set up here or a run used it).
+    queue_box = gr.Markdown(elem_id="queue")
+    with gr.Row(visible=False, elem_id="queue-controls") as queue_controls:
+        queue_pick = texts.label(gr.Dropdown(choices=[], value=None, label=texts("queue.pick"), elem_id="queue-pick"), "queue.pick")
         up_button = texts.value(gr.Button(texts("button.queue_up"), elem_id="queue-up", min_width=80), "button.queue_up")
         down_button = texts.value(gr.Button(texts("button.queue_down"), elem_id="queue-down", min_width=80), "button.queue_down")
         cancel_button = texts.value(gr.Button(texts("button.queue_cancel"), variant="stop", elem_id="queue-cancel", min_width=160), "button.queue_cancel")
     queue_message = gr.Markdown("", elem_id="queue-message")
-    overlay = texts.label(gr.Plot(label=texts("label.overlay_chart"), elem_id="runs-overlay"), "label.overlay_chart")
+    slurm_box = gr.Markdown(visible=False, elem_id="queue-slurm")
+
+    def queue_updates(locale: str, picked: str | None = None) -> list[Any]:
+        queues = board.queue_view(locale)
+        return [
+            queues.local,
+            gr.update(visible=bool(queues.queued)),
+            gr.update(choices=queues.queued, value=picked if picked in queues.queued else None),
+            gr.update(value=queues.slurm, visible=queues.slurm_shown),
+        ]
+
+    queue_outputs = [queue_box, queue_controls, queue_pick, slurm_box]
 
     def refresh(locale: str):
-        return runs_table(board, locale), gr.update(choices=board.run_ids()), board.queue_markdown(locale), gr.update(choices=queue_choices(board))
+        return [runs_table(board, locale), gr.update(choices=board.run_ids()), *queue_updates(locale)]
 
-    refresh_button.click(refresh, locale_state, [table, chosen, queue_box, queue_pick])
+    refresh_button.click(refresh, locale_state, [table, chosen, *queue_outputs])
 
     def on_move(offset: int):
         def move(run_id: str | None, locale: str):
             if not run_id:
-                return translate("runs.pick_one", locale), gr.skip(), gr.skip()
+                return [translate("runs.pick_one", locale), *[gr.skip()] * len(queue_outputs)]
             moved = board.move_queued(run_id, offset)
-            return translate("queue.moved" if moved else "queue.not_moved", locale), board.queue_markdown(locale), gr.update(choices=queue_choices(board), value=run_id)
+            return [translate("queue.moved" if moved else "queue.not_moved", locale), *queue_updates(locale, run_id)]
 
         return move
 
-    up_button.click(on_move(-1), [queue_pick, locale_state], [queue_message, queue_box, queue_pick])
-    down_button.click(on_move(+1), [queue_pick, locale_state], [queue_message, queue_box, queue_pick])
+    up_button.click(on_move(-1), [queue_pick, locale_state], [queue_message, *queue_outputs])
+    down_button.click(on_move(+1), [queue_pick, locale_state], [queue_message, *queue_outputs])
 
     def on_cancel(run_id: str | None, locale: str):
         if not run_id:
-            return translate("runs.pick_one", locale), gr.skip(), gr.skip(), gr.skip()
+            return [translate("runs.pick_one", locale), *[gr.skip()] * len(queue_outputs), gr.skip()]
         refusals = board.cancel_queued(run_id)
         text = view.findings_markdown(refusals, locale) if refusals else translate("queue.cancelled", locale)
-        return text, board.queue_markdown(locale), gr.update(choices=queue_choices(board), value=None), runs_table(board, locale)
+        return [text, *queue_updates(locale), runs_table(board, locale)]
 
-    cancel_button.click(on_cancel, [queue_pick, locale_state], [queue_message, queue_box, queue_pick, table])
+    cancel_button.click(on_cancel, [queue_pick, locale_state], [queue_message, *queue_outputs, table])
 
     def on_open(run_ids: list[str] | None, locale: str):
         if not run_ids:
@@ -91,26 +120,38 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def on_compare(run_ids: list[str] | None, locale: str):
         if not run_ids:
             return gr.skip(), translate("runs.pick_one", locale)
-        return plot(board.overlay_figure(run_ids, locale)), ""
+        return gr.update(value=plot(board.overlay_figure(run_ids, locale)), visible=True), ""
 
     compare_button.click(on_compare, [chosen, locale_state], [overlay, message])
+
+    def on_chosen(run_ids: list[str] | None, locale: str):
+        return board.run_details(list(run_ids or []), locale)
+
+    chosen.change(on_chosen, [chosen, locale_state], details, show_progress="hidden")
+    locale_state.change(on_chosen, [chosen, locale_state], details, show_progress="hidden")
+
+    def on_row(run_ids: list[str] | None, event: gr.SelectData):
+        """A row clicked in the table: its run is chosen too (its details open)."""
+        row = event.row_value if isinstance(event.row_value, list) else None
+        run_id = str(row[0]) if row else ""
+        if not run_id or run_id not in board.run_ids():
+            return gr.skip()
+        return [*(run_ids or []), run_id] if run_id not in (run_ids or []) else gr.skip()
+
+    table.select(on_row, chosen, chosen, show_progress="hidden")
 
     def on_delete(run_ids: list[str] | None, locale: str):
         if not run_ids:
             return gr.update(visible=False), translate("runs.pick_one", locale)
-        return gr.update(visible=True), translate("runs.confirm_delete", locale, runs=", ".join(run_ids))
+        return gr.update(visible=True), view.delete_confirm_markdown(list(run_ids), locale)
 
-    delete_button.click(on_delete, [chosen, locale_state], [confirm_button, message])
+    delete_button.click(on_delete, [chosen, locale_state], [confirm_row, message])
 
     def on_confirm(run_ids: list[str] | None, locale: str):
         refusals = board.delete_runs(run_ids or [])
         text = view.findings_markdown(refusals, locale) if refusals else translate("runs.deleted", locale)
         return gr.update(visible=False), text, runs_table(board, locale), gr.update(choices=board.run_ids(), value=[])
 
-    confirm_button.click(on_confirm, [chosen, locale_state], [confirm_button, message, table, chosen])
-    return refresh, [table, chosen, queue_box, queue_pick]
-
-
-def queue_choices(board: RocBoard) -> list[str]:
-    """The queued runs, the next to start first: what the queue's buttons act on."""
-    return [state.id for state in board.queued_runs()]
+    confirm_button.click(on_confirm, [chosen, locale_state], [confirm_row, message, table, chosen])
+    cancel_delete_button.click(lambda locale: (gr.update(visible=False), translate("runs.delete_cancelled", locale)), locale_state, [confirm_row, message])
+    return refresh, [table, chosen, *queue_outputs]

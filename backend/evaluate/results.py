@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,13 @@ class Scores:
 
 @dataclass(frozen=True)
 class Prediction:
-    prompt: str
+    prompt: str  # as the model read it: the chat template around the user's text
     label: str  # the reference answer from the dataset
     predict: str  # what the model generated
+
+    @property
+    def user_text(self) -> str:
+        return user_text(self.prompt)
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,48 @@ def parse_predictions(data: bytes, max_rows: int = MAX_ROWS) -> list[Prediction]
             continue
         rows.append(Prediction(_text(record.get("prompt")), _text(record.get("label")), _text(record.get("predict"))))
     return rows
+
+
+# Where the user's text starts and ends in a templated prompt, for the turn shapes of LLaMA-Factory's
+# chat templates (llamafactory/data/template.py, `format_user`): the prompt predict mode writes is
+# the template decoded with its special tokens, and its last user turn is the row's own prompt.
+_USER_TURNS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(start), re.compile(end))
+    for start, end in (
+        (r"<\|start_header_id\|>user<\|end_header_id\|>\n\n", r"<\|eot_id\|>"),  # llama3
+        (r"<\|im_start\|>user(?:<\|im_sep\|>|\n)", r"<\|im_end\|>"),  # chatml: qwen, yi, phi4, ...
+        (r"<start_of_turn>user\n", r"<end_of_turn>"),  # gemma
+        (r"<\|turn>user\n", r"<turn\|>"),  # gemma 4
+        (r"<\|start\|>user<\|message\|>", r"<\|end\|>"),  # gpt-oss
+        (r"<\|user\|>\n?", r"<\|end\|>|<\|endofuser\|>|</s>|\n?<\|assistant\|>"),  # phi, glm, zephyr
+        (r"<｜User｜>|<\|User\|>", r"<｜Assistant｜>|<\|Assistant\|>"),  # deepseek
+        (r"\[INST\]\s*", r"\s*\[/INST\]"),  # llama2, mistral
+        (r"### (?:Instruction|User):\n|### Human: ", r"\n+### (?:Response|Assistant):"),  # alpaca and kin
+        (r"\bUSER: ", r" ASSISTANT:"),  # vicuna
+        (r"\bHuman: ", r"(?:</s>)?\s*Assistant:"),  # LLaMA-Factory's default
+        (r"\bUser: ", r"\n+(?:Assistant|Falcon):"),
+    )
+)
+_LLAMA2_SYSTEM = re.compile(r"^<<SYS>>.*?<</SYS>>\s*", re.DOTALL)  # llama2 puts the system prompt in the first [INST]
+# A special token, for a template none of the shapes above knows: left out of what is shown.
+_SPECIAL_TOKEN = re.compile(r"<\|[^|<>\n]{1,40}\|>|<｜[^｜\n]{1,40}｜>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>")
+
+
+def user_text(prompt: str) -> str:
+    """The user's own text of a templated prompt: its last user turn without the template's
+    tokens and role headers; for a template of another shape, the prompt without its special
+    tokens (a prompt of plain text is itself)."""
+    for start, end in _USER_TURNS:
+        last = None
+        for last in start.finditer(prompt):
+            pass
+        if last is None:
+            continue
+        stop = end.search(prompt, last.end())
+        text = _LLAMA2_SYSTEM.sub("", prompt[last.end() : stop.start() if stop else len(prompt)]).strip()
+        if text:
+            return text
+    return _SPECIAL_TOKEN.sub("", prompt).strip() or prompt
 
 
 def parse_progress(data: bytes) -> PredictProgress | None:

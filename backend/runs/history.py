@@ -53,11 +53,14 @@ HISTORY_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 # Columns whose header is not runs.column.<column> (the evaluation's, backend/evaluate).
 _HEADER_IDS = {"kind": "eval.column.kind", "scores": "eval.column.scores"}
+# The columns the Runs tab's table shows: which run, how it went, where, when. Every column
+# (HISTORY_COLUMNS) is in a run's details, opened by choosing it (view.run_details_markdown).
+TABLE_COLUMNS: tuple[str, ...] = ("run", "name", "state", "where", "last_loss", "best_eval_loss", "scores", "duration", "started")
 
 
-def history_headers(locale: str = "en") -> list[str]:
-    """The runs table's column headers in `locale`."""
-    return [translate(_HEADER_IDS.get(column, f"runs.column.{column}"), locale) for column in HISTORY_COLUMNS]
+def history_headers(locale: str = "en", columns: Sequence[str] = HISTORY_COLUMNS) -> list[str]:
+    """The column headers of `columns` (default: all of them) in `locale`."""
+    return [translate(_HEADER_IDS.get(column, f"runs.column.{column}"), locale) for column in columns]
 
 
 # The English headers, by which code and tests name a column (the catalogue holds the words).
@@ -534,39 +537,45 @@ def format_started(created: str) -> str:
         return created
 
 
-def summaries_table(summaries: Sequence[RunSummary], locale: str = "en") -> list[list[Any]]:
-    """Rows for a gr.Dataframe whose headers are `history_headers(locale)`; the state words
-    are the catalogue's (state.*)."""
+def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
+    """What each column (HISTORY_COLUMNS) shows of a run, in `locale`; the state words are the
+    catalogue's (state.*)."""
+    steps = "" if s.step is None else (f"{s.step} / {s.total_steps}" if s.total_steps else str(s.step))
+    state = translate(f"state.{s.state}", locale) if f"state.{s.state}" in CATALOGUE[DEFAULT_LOCALE] else s.state
+    if s.attempts > 1:
+        state = translate("runs.state_attempt", locale, state=state, attempts=s.attempts)
+    if s.kind == "evaluate":  # the table has no Kind column: an evaluation says so here
+        state = translate("runs.state_evaluation", locale, state=state)
+    return {
+        "run": s.id,
+        "name": s.name,
+        "kind": translate(f"eval.kind.{s.kind}", locale),
+        "preset": s.preset,
+        "model": short_model(s.model),
+        "dataset": s.dataset,
+        "learning_rate": format_rate(s.learning_rate),
+        "length": format_length(s.epochs, s.max_steps, locale),
+        "state": state,
+        "where": translate("where.slurm", locale, job=s.job_id or "?") if s.executor == "slurm" else translate("where.local", locale),
+        "steps": steps,
+        "last_loss": format_loss(s.last_loss),
+        "best_eval_loss": format_loss(s.best_eval_loss),
+        "scores": format_scores(s.scores),
+        "duration": format_duration(s.duration_s, locale),
+        "started": format_started(s.created),
+    }
+
+
+def summaries_table(summaries: Sequence[RunSummary], locale: str = "en", columns: Sequence[str] = HISTORY_COLUMNS) -> list[list[Any]]:
+    """Rows for a gr.Dataframe whose headers are `history_headers(locale, columns)`."""
     rows = []
     for s in summaries:
-        steps = "" if s.step is None else (f"{s.step} / {s.total_steps}" if s.total_steps else str(s.step))
-        state = translate(f"state.{s.state}", locale) if f"state.{s.state}" in CATALOGUE[DEFAULT_LOCALE] else s.state
-        if s.attempts > 1:
-            state = translate("runs.state_attempt", locale, state=state, attempts=s.attempts)
-        rows.append(
-            [
-                s.id,
-                s.name,
-                translate(f"eval.kind.{s.kind}", locale),
-                s.preset,
-                short_model(s.model),
-                s.dataset,
-                format_rate(s.learning_rate),
-                format_length(s.epochs, s.max_steps, locale),
-                state,
-                translate("where.slurm", locale, job=s.job_id or "?") if s.executor == "slurm" else translate("where.local", locale),
-                steps,
-                format_loss(s.last_loss),
-                format_loss(s.best_eval_loss),
-                format_scores(s.scores),
-                format_duration(s.duration_s, locale),
-                format_started(s.created),
-            ]
-        )
+        words = summary_words(s, locale)
+        rows.append([words[column] for column in columns])
     return rows
 
 
-def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
+def summaries_sort_values(summaries: Sequence[RunSummary], columns: Sequence[str] = HISTORY_COLUMNS) -> list[list[Any]]:
     """What each cell of `summaries_table` sorts by: numbers where the table shows a number
     ("1e-05" after "0.0002" as text; "13 / 30" after "5 / 30"), the ISO time for the start,
     None where the shown words sort right (RocBoard.history_table puts them in)."""
@@ -576,27 +585,17 @@ def summaries_sort_values(summaries: Sequence[RunSummary]) -> list[list[Any]]:
 
     rows = []
     for s in summaries:
-        length = s.max_steps if s.max_steps is not None and s.max_steps > 0 else s.epochs
-        rows.append(
-            [
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                s.learning_rate,
-                length,
-                None,
-                None,
-                s.step,
-                finite(s.last_loss),
-                finite(s.best_eval_loss),
-                None if s.scores is None else finite(s.scores.bleu4),
-                s.duration_s,
-                s.created,
-            ]
-        )
+        values = {
+            "learning_rate": s.learning_rate,
+            "length": s.max_steps if s.max_steps is not None and s.max_steps > 0 else s.epochs,
+            "steps": s.step,
+            "last_loss": finite(s.last_loss),
+            "best_eval_loss": finite(s.best_eval_loss),
+            "scores": None if s.scores is None else finite(s.scores.bleu4),
+            "duration": s.duration_s,
+            "started": s.created,
+        }
+        rows.append([values.get(column) for column in columns])
     return rows
 
 
@@ -654,6 +653,7 @@ def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MA
 __all__ = [
     "HISTORY_COLUMNS",
     "HISTORY_HEADERS",
+    "TABLE_COLUMNS",
     "LogTail",
     "RunSettings",
     "RunSummary",
@@ -669,4 +669,5 @@ __all__ = [
     "short_model",
     "summaries_table",
     "summarize_runs",
+    "summary_words",
 ]

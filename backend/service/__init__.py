@@ -20,6 +20,7 @@ import shutil
 import stat
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -53,6 +54,18 @@ if TYPE_CHECKING:
     from backend.config.estimate import MemoryEstimate
     from backend.telemetry.sampler import Sampler
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The Runs tab's queues: this machine's (Markdown; the runs waiting in it, first to start
+    first) and Slurm's (Markdown, "" when not shown; `slurm_shown`: Slurm is set up here or a
+    run used it)."""
+
+    local: str
+    queued: list[str]
+    slurm: str
+    slurm_shown: bool
 
 
 def demo_form() -> dict[str, Any]:
@@ -319,6 +332,23 @@ class RocBoard:
         problem = self.run_manager.slurm.problem()
         return queue_markdown(self.active_run(), self.queued_runs(), slurm, locale, problem.detail if problem else "")
 
+    def queue_view(self, locale: str = "en") -> QueueView:
+        """The Runs tab's two queues, each with whether it is worth showing: this machine's
+        (its buttons only while a run waits in it), and Slurm's (only where Slurm is set up
+        here or a run used it)."""
+        from backend.view import local_queue_markdown, slurm_queue_markdown
+
+        queued = self.queued_runs()
+        slurm = [state for state in self.run_manager.live_runs() if not state.local]
+        problem = self.run_manager.slurm.problem()
+        slurm_shown = bool(slurm) or self.run_manager.slurm.client.configured() or any(not state.local for state in self.store.list())
+        return QueueView(
+            local=local_queue_markdown(self.active_run(), queued, locale),
+            queued=[state.id for state in queued],
+            slurm=slurm_queue_markdown(slurm, locale, problem.detail if problem else "") if slurm_shown else "",
+            slurm_shown=slurm_shown,
+        )
+
     def keep_queue(self) -> None:
         """The app looks after the queue on its own while it runs (ui/serve.py)."""
         self.run_manager.keep_queue()
@@ -453,16 +483,24 @@ class RocBoard:
         return summaries_table(summarize_runs(self.store), locale)
 
     def history_table(self, locale: str = "en") -> tuple[list[str], list[list[Any]], list[list[Any]]]:
-        """The runs table: headers, the words each cell shows, and the value each cell sorts by."""
-        from backend.runs.history import history_headers, summaries_sort_values, summaries_table, summarize_runs
+        """The Runs tab's table (its columns: history.TABLE_COLUMNS): headers, the words each
+        cell shows, and the value each cell sorts by."""
+        from backend.runs.history import TABLE_COLUMNS, history_headers, summaries_sort_values, summaries_table, summarize_runs
 
         self.runs()
         summaries = summarize_runs(self.store)
-        shown = summaries_table(summaries, locale)
+        shown = summaries_table(summaries, locale, TABLE_COLUMNS)
         # Gradio also draws the sort values (a hidden row that sizes the columns): words in
         # the page's language, numbers only where a number sorts differently from its text.
-        values = [[word if value is None else value for word, value in zip(row, raw)] for row, raw in zip(shown, summaries_sort_values(summaries))]
-        return history_headers(locale), shown, values
+        values = [[word if value is None else value for word, value in zip(row, raw)] for row, raw in zip(shown, summaries_sort_values(summaries, TABLE_COLUMNS))]
+        return history_headers(locale, TABLE_COLUMNS), shown, values
+
+    def run_details(self, run_ids: list[str], locale: str = "en") -> str:
+        """The chosen runs' every setting and result, side by side (Markdown; "" for none)."""
+        from backend.runs.history import summarize_runs
+        from backend.view import run_details_markdown
+
+        return run_details_markdown(summarize_runs(self.store), run_ids, locale) if run_ids else ""
 
     def overlay_figure(self, run_ids: list[str], locale: str = "en") -> dict:
         from backend.runs.history import overlay_figure
@@ -478,6 +516,7 @@ __all__ = [
     "LlamaFactoryCheckCache",
     "Monitors",
     "Preview",
+    "QueueView",
     "RocBoard",
     "RunDecisions",
     "RunManager",

@@ -27,6 +27,7 @@ from backend.evaluate.plan import (
     bounded_int,
     predict_args,
 )
+from backend.evaluate.held_out import SameData, TrainedOn, trained_on
 from backend.evaluate.results import (
     EVALUATION_FILE,
     Prediction,
@@ -69,7 +70,8 @@ class EvaluationView:
     active: bool = False
     status: str = ""  # Markdown: the state and progress line, or why it failed
     scores: str = ""  # Markdown: BLEU-4 and ROUGE
-    rows: list[list[str]] = field(default_factory=list)  # prompt, reference, prediction
+    rows: list[list[str]] = field(default_factory=list)  # the user's prompt, reference, prediction
+    prompts: list[str] = field(default_factory=list)  # each row's prompt as the model read it (the template's)
 
 
 def _clip(text: str, limit: int = CELL_MAX_CHARS) -> str:
@@ -89,6 +91,7 @@ class EvaluationDesk:
         self.run_manager = run_manager
         self.pipeline = pipeline
         self.data = data
+        self._same = SameData()
 
     # --- what can be evaluated, on what ---------------------------------------------------
 
@@ -111,7 +114,7 @@ class EvaluationDesk:
     def checkpoint_choices(self, run_id: str | None, locale: str = "en") -> list[tuple[str, str]]:
         if not run_id:
             return []
-        return [(translate("eval.checkpoint.final", locale) if name == FINAL_CHECKPOINT else name, name) for name in self.checkpoints(run_id)]
+        return [(translate("word.final_adapter", locale) if name == FINAL_CHECKPOINT else name, name) for name in self.checkpoints(run_id)]
 
     def _val_size(self, run_id: str) -> float:
         value = self.store.read_form(run_id).get("val_size", 0)
@@ -126,18 +129,79 @@ class EvaluationDesk:
 
         return DEMO_DIR / "data"
 
+    def _datasets(self) -> list[tuple[str, str]]:
+        """(value, name) of every dataset with reference answers RocBoard knows: the registered
+        ones (plain text has no answer), then the demo's."""
+        found = [(DATA_PREFIX + name, name) for name in self.data.names() if self.data.layout_of(name) != "text"]
+        if (self._demo_dir() / "dataset_info.json").is_file():
+            found += [(DEMO_PREFIX + name, name) for name in DEMO_EVAL_DATASETS]
+        return found
+
+    def _trained_on(self, run_id: str) -> TrainedOn:
+        try:
+            return trained_on(self.store.read_form(run_id), self.store.run_dir(run_id))
+        except RunNotFound:
+            return TrainedOn("", (), ())
+
+    def _is_training_data(self, trained: TrainedOn, value: str) -> bool:
+        held_out = self._held_out(value)
+        return held_out is not None and not held_out.is_split and self._same.same(trained, held_out.dataset_dir, held_out.name)
+
+    def held_out_values(self, run_id: str | None) -> tuple[list[str], list[str]]:
+        """(the values of the held-out data run `run_id` may be evaluated on, the names of the
+        datasets left out because it trained on them). Its validation split, when it trained
+        with one; every known dataset that is not one it trained on, by name, file or bytes."""
+        if not run_id:
+            return [], []
+        trained = self._trained_on(run_id)
+        offered = [SPLIT_CHOICE] if self._val_size(run_id) > 1e-6 else []
+        left_out: list[str] = []
+        for value, name in self._datasets():
+            if self._is_training_data(trained, value):
+                left_out.append(name)
+            else:
+                offered.append(value)
+        left_out.sort(key=lambda name: name not in trained.names)  # the run's own names first (a stable sort)
+        return offered, left_out
+
+    def dataset_label(self, value: str, locale: str = "en") -> str:
+        if value == SPLIT_CHOICE:
+            return translate("eval.dataset.split", locale)
+        if value.startswith(DATA_PREFIX):
+            return translate("eval.dataset.registered", locale, name=value[len(DATA_PREFIX) :])
+        return translate("eval.dataset.demo", locale, name=value[len(DEMO_PREFIX) :])
+
     def dataset_choices(self, run_id: str | None, locale: str = "en") -> list[tuple[str, str]]:
         """(label, value) of the held-out data a run can be evaluated on: its validation
-        split when it trained with one, the registered datasets, the demo's."""
-        choices: list[tuple[str, str]] = []
-        if run_id and self._val_size(run_id) > 1e-6:
-            choices.append((translate("eval.dataset.split", locale), SPLIT_CHOICE))
-        for name in self.data.names():
-            if self.data.layout_of(name) != "text":
-                choices.append((translate("eval.dataset.registered", locale, name=name), DATA_PREFIX + name))
-        if (self._demo_dir() / "dataset_info.json").is_file():
-            choices += [(translate("eval.dataset.demo", locale, name=name), DEMO_PREFIX + name) for name in DEMO_EVAL_DATASETS]
-        return choices
+        split when it trained with one, the registered datasets and the demo's that it did not
+        train on."""
+        return [(self.dataset_label(value, locale), value) for value in self.held_out_values(run_id)[0]]
+
+    def held_out_note(self, run_id: str | None, choice: str | None, locale: str = "en") -> str:
+        """Markdown under the dataset: what the evaluation runs on and why it is held out, the
+        datasets left out because the run trained on them; or why there is nothing to run on."""
+        from backend.view import code_span
+
+        if not run_id:
+            return ""
+        offered, left_out = self.held_out_values(run_id)
+        names = lambda found: translate("actions.separator", locale).join(code_span(name, 80) for name in found)  # noqa: E731
+        trained = self._trained_on(run_id)
+        if not offered:
+            return translate("eval.held_out.none", locale, datasets=names(trained.names) or code_span("?"))
+        choice = choice if choice in offered else offered[0]
+        if choice == SPLIT_CHOICE:
+            from backend.config.distributed import form_from_saved
+
+            form = form_from_saved(self.store.read_form(run_id))
+            line = translate("eval.held_out.split", locale, datasets=names(trained.names), val_size=f"{self._val_size(run_id):g}", seed=form.get("seed", ""))
+        elif choice.startswith(DATA_PREFIX):
+            line = translate("eval.held_out.registered", locale, name=code_span(choice[len(DATA_PREFIX) :], 80))
+        else:
+            line = translate("eval.held_out.demo", locale, name=code_span(choice[len(DEMO_PREFIX) :], 80))
+        if left_out:
+            line += " " + translate("eval.held_out.left_out", locale, names=names(left_out))
+        return line
 
     def _held_out(self, choice: str) -> HeldOut | None:
         if choice == SPLIT_CHOICE:
@@ -205,6 +269,8 @@ class EvaluationDesk:
         form = form_from_saved(self.store.read_form(run_id))
         if held_out.is_split and self._val_size(run_id) <= 1e-6:
             return refuse(Finding.of("dataset", "eval-no-split", run_id=run_id))
+        if self._is_training_data(self._trained_on(run_id), str(dataset)):
+            return refuse(Finding.of("dataset", "eval-trained-on", run_id=run_id, dataset=held_out.name[:80]))
         model = str(form.get("model_path") or "")
         if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
             return refuse(Finding.of("model_path", "eval-base-missing", run_id=run_id, model=model))
@@ -305,7 +371,9 @@ class EvaluationDesk:
             else:
                 status = translate("eval.status.progress", locale, run_id=run, step=progress.step, total=progress.total)
             return EvaluationView(eval_id, state.state, True, status)
-        rows = [[_clip(p.prompt), _clip(p.label), _clip(p.predict)] for p in self.predictions(eval_id)]
+        predictions = self.predictions(eval_id)
+        rows = [[_clip(p.user_text), _clip(p.label), _clip(p.predict)] for p in predictions]
+        prompts = [_clip(p.prompt) for p in predictions]
         scores = self.scores(eval_id)
         if state.state == "finished":
             status = translate("eval.status.finished", locale, run_id=run, rows=len(rows))
@@ -316,7 +384,23 @@ class EvaluationDesk:
             cause, fix = self._failure(eval_id, state, locale)
             if cause:
                 status += f"\n\n**{translate('word.cause', locale)}:** {cause}\n\n**{translate('word.fix', locale)}:** {fix}"
-        return EvaluationView(eval_id, state.state, False, status, scores_markdown(scores, locale), rows)
+        return EvaluationView(eval_id, state.state, False, status, scores_markdown(scores, locale), rows, prompts)
+
+    def table(self, answer: EvaluationView, locale: str = "en", with_template: bool = False) -> dict[str, Any] | None:
+        """The predictions table's value (headers in `locale`), None when there is no row: the
+        user's prompt, or with `with_template` the prompt as the model read it."""
+        if not answer.rows:
+            return None
+        rows = [[prompt, *row[1:]] for prompt, row in zip(answer.prompts, answer.rows)] if with_template else answer.rows
+        return {"headers": self.table_headers(locale), "data": rows}
+
+    @staticmethod
+    def table_empty(answer: EvaluationView, locale: str = "en") -> str:
+        """What stands in place of an empty predictions table ("" when it has rows)."""
+        if answer.rows:
+            return ""
+        ended = answer.state in ("finished", "stopped", "failed")
+        return translate("eval.table.none_written" if ended else "eval.table.empty", locale)
 
     def _failure(self, eval_id: str, state: RunState, locale: str) -> tuple[str, str]:
         from backend.diagnose import summarize_failure

@@ -29,6 +29,9 @@ TOOLS = ("sbatch", "squeue", "scontrol", "scancel")
 # allocation they describe that allocation and would change what sbatch submits or what
 # squeue prints.
 CLIENT_NAMES = ("SLURM_CONF",)
+# Where Slurm's commands look for slurm.conf without SLURM_CONF (Debian's, the default
+# prefix's, and slurmd's cache in configless mode).
+SLURM_CONF_PLACES = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,17 @@ class SlurmClient:
     def missing(self) -> str:
         """The Slurm commands not on PATH ("" when all are)."""
         return ", ".join(tool for tool in TOOLS if find_tool(tool, self.env) is None)
+
+    def configured(self) -> bool:
+        """Whether this machine is set up to submit to a cluster: Slurm's commands on PATH and
+        a slurm.conf they would read (SLURM_CONF, the usual places, or slurmd's configless
+        cache). No command is run: the Runs tab asks on every visit. A cluster reached some
+        other way is not seen here; its first run shows the Slurm queue anyway."""
+        if self.missing():
+            return False
+        named = self.env.get("SLURM_CONF")
+        places = [Path(named)] if named else [Path(place) for place in SLURM_CONF_PLACES]
+        return any(place.is_file() for place in places)
 
     def run(self, *argv: str, timeout_s: float | None = None, input_text: str | None = None, cwd: Path | None = None) -> ToolOutput:
         return run_tool(argv, timeout_s or self.query_timeout_s, self.env, own=self.own_env(), input_text=input_text, cwd=cwd)
