@@ -484,3 +484,42 @@ def test_the_doctor_says_whether_the_gguf_converter_is_there(tmp_path):
         (tmp_path / part).mkdir(parents=True)
         (tmp_path / part / "__init__.py").write_text("")
     assert gguf_convert.find_converter({gguf_convert.CONVERTER_ENV: str(lone)}) == lone.resolve()
+
+
+# --- the progress and a refusal, in words ----------------------------------------------------------
+
+
+def test_the_progress_counts_toward_the_size_the_plan_showed_and_never_past_it(trained_demo_run, tmp_path):
+    from backend.export.merge import ExportJob
+    from backend.i18n import translate
+    from backend.service.export_desk import StartAnswer
+
+    store, run_id = run_copy(trained_demo_run, tmp_path)
+    desk = ExportDesk(store, [tmp_path / "exports"], export_dir=None)
+    request = ExportRequest(run_id, str(tmp_path / "exports" / "m"))
+    plan, findings = plan_export(store, request, desk.roots)
+    assert plan is not None and findings == []
+    job = ExportJob(plan)  # not started: its progress as the page reads it
+    assert job.progress.expected_bytes == plan.needed_disk
+    assert f"Size needed: about {size_text(plan.needed_disk)}" in desk.plan_markdown(request)
+    desk._job = job
+    job.progress.phase = "loading"
+    # From the start, what it counts toward; then what it wrote.
+    assert f"Written so far: 0 B of about {size_text(plan.needed_disk)}." in desk.status_markdown()
+    job.progress.phase, job.progress.written_bytes = "saving", plan.needed_disk // 2
+    assert f"Written so far: {size_text(plan.needed_disk // 2)} of about {size_text(plan.needed_disk)}." in desk.status_markdown()
+    # More than the estimate: not shown as progress (no "of about"), and said in Chinese too.
+    job.progress.written_bytes = plan.needed_disk + 1024
+    over = desk.status_markdown()
+    assert "Written so far: " in over and " of about " not in over.split("Written so far: ")[1].split(",")[0] and "finishing" in over
+    assert translate("export.written_over", "zh-CN", written=size_text(plan.needed_disk + 1024), expected=size_text(plan.needed_disk)) in desk.status_markdown("zh-CN")
+    # A refused Export: the plan line holds the reason once; another export running is added to it.
+    job.progress.phase = "done"
+    refused = ExportRequest(run_id, "/etc/rocboard-test")
+    answer = desk.start(refused)
+    assert not answer.started
+    assert desk.refused_markdown(refused, answer) == desk.plan_markdown(refused) and "outside the folders" in desk.plan_markdown(refused)
+    from backend.findings import Finding
+
+    busy = StartAnswer(False, (Finding.of("export", "export-busy", run=run_id),))
+    assert desk.refused_markdown(request, busy).startswith(desk.plan_markdown(request)) and "already running" in desk.refused_markdown(request, busy).split("\n\n")[-1]

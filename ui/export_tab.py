@@ -34,22 +34,24 @@ def gguf_choices(locale: str, available: bool) -> list[tuple[str, str]]:
 
 
 def checkpoint_choices(board: RocBoard, run_id: str | None, locale: str) -> list[tuple[str, str]]:
-    return [(translate("export.checkpoint_final", locale), "")] + [(name, name) for name in board.exports.checkpoints(run_id)]
+    return [(translate("word.final_adapter", locale), "")] + [(name, name) for name in board.exports.checkpoints(run_id)]
 
 
 def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> dict[str, Any]:
     """Builds the tab's widgets and events; returns the widgets the page wires further by name
-    (`refresh`: a callable for the tab's select event, `refresh_outputs`: its outputs)."""
+    (`refresh`: a callable for the tab's select event, `refresh_inputs` / `refresh_outputs`:
+    its inputs and outputs)."""
     desk = board.exports
     locale0 = texts.locale
-    runs = desk.runs()
-    first = runs[0] if runs else None
+    # No run chosen when the page is built (that would be the newest run when the app started,
+    # for every page): the tab's refresh on each visit picks the latest run there is then.
+    first = None
     has_converter = desk.converter() is not None
     texts.value(gr.Markdown(texts("export.intro")), "export.intro")
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
             with gr.Row():
-                run_box = texts.label(gr.Dropdown(runs, value=first, label=texts("export.run"), elem_id="export-run", scale=3), "export.run")
+                run_box = texts.label(gr.Dropdown(desk.runs(), value=first, label=texts("export.run"), elem_id="export-run", scale=3), "export.run")
                 checkpoint_box = texts.label(
                     gr.Dropdown(checkpoint_choices(board, first, locale0), value="", label=texts("export.checkpoint"), elem_id="export-checkpoint", scale=2), "export.checkpoint"
                 )
@@ -95,20 +97,23 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         return gr.update(value=str(path), visible=True) if path is not None else gr.update(value=None, visible=False)
 
     def on_start(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm, locale):
-        from backend.view import findings_markdown
-
-        answer = desk.start(desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm))
+        request = desk.request(run_id, target, checkpoint, shard, device, gguf, overwrite, confirm)
+        answer = desk.start(request)
         if not answer.started:
-            yield findings_markdown(list(answer.findings), locale), gr.update(value=None, visible=False)
+            # The reason where the plan is (it already said so there, if it was the plan's);
+            # the status only says nothing started.
+            yield translate("export.not_started", locale), gr.update(value=None, visible=False), desk.refused_markdown(request, answer, locale)
             return
-        yield desk.status_markdown(locale), gr.update(value=None, visible=False)
+        yield desk.status_markdown(locale), gr.update(value=None, visible=False), gr.skip()
         watched_until = time.monotonic() + WATCH_MAX_S
         while desk.running() and time.monotonic() < watched_until:
             time.sleep(POLL_S)
-            yield desk.status_markdown(locale), gr.update()
-        yield desk.status_markdown(locale), shown_download()
+            yield desk.status_markdown(locale), gr.update(), gr.skip()
+        yield desk.status_markdown(locale), shown_download(), gr.skip()
 
-    start_button.click(on_start, [*inputs, locale_state], [status, download], show_progress="hidden", concurrency_limit=1, concurrency_id="export-start")
+    start_button.click(
+        on_start, [*inputs, locale_state], [status, download, plan_line], show_progress="hidden", concurrency_limit=1, concurrency_id="export-start"
+    )
 
     def on_cancel(locale):
         desk.cancel()
@@ -117,11 +122,19 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
 
     cancel_button.click(on_cancel, locale_state, status, show_progress="hidden", queue=False)
 
-    def refresh(locale: str):
+    def refresh(locale: str, run_id: str | None = None, checkpoint: str | None = None):
+        """The runs on disk now; the run chosen stays while it is there, else the latest is
+        chosen (its adapters and its default folder with it). The adapters' names in `locale`."""
         found = desk.runs()
+        chosen = run_id if run_id in found else (found[0] if found else None)
+        adapters = checkpoint_choices(board, chosen, locale)
+        kept = chosen == run_id and checkpoint in [value for _, value in adapters]
         available = desk.converter() is not None
         return [
-            gr.update(choices=found),
+            gr.update(choices=found, value=chosen),
+            gr.update(choices=adapters, value=checkpoint if kept else ""),
+            gr.update(value=desk.default_target(chosen)) if chosen != run_id else gr.skip(),
+            "" if chosen != run_id else gr.skip(),  # a confirmation typed for another folder
             gr.update(choices=device_choices(locale)),
             gr.update(choices=gguf_choices(locale, available), interactive=available),
             gr.update(visible=not available),
@@ -129,6 +142,15 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
             shown_download(),
         ]
 
-    refresh_outputs = [run_box, device_box, gguf_box, gguf_note, status, download]
-    refresh_button.click(refresh, locale_state, refresh_outputs, show_progress="hidden")
-    return {"refresh": refresh, "refresh_outputs": refresh_outputs, "run": run_box, "status": status, "download": download, "plan": plan_line}
+    refresh_inputs = [locale_state, run_box, checkpoint_box]
+    refresh_outputs = [run_box, checkpoint_box, target_box, confirm_box, device_box, gguf_box, gguf_note, status, download]
+    refresh_button.click(refresh, refresh_inputs, refresh_outputs, show_progress="hidden")
+    return {
+        "refresh": refresh,
+        "refresh_inputs": refresh_inputs,
+        "refresh_outputs": refresh_outputs,
+        "run": run_box,
+        "status": status,
+        "download": download,
+        "plan": plan_line,
+    }

@@ -781,8 +781,9 @@ class ExportJob:
         self.plan = plan
         self.download_dir = download_dir
         self.on_line = on_line
+        # The size the plan line showed ("Size needed"): the progress counts toward it.
         self.progress = ExportProgress(
-            phase="config", started=time.time(), expected_bytes=plan.merged_bytes, run_id=plan.request.run_id, target=str(plan.target)
+            phase="config", started=time.time(), expected_bytes=plan.needed_disk, run_id=plan.request.run_id, target=str(plan.target)
         )
         self.staging = plan.target.parent / staging_name(plan.target)
         # The children's logs live off the target's disk: a full disk must not silence them.
@@ -926,7 +927,6 @@ class ExportJob:
             if converter is None:
                 raise _Failed(Finding.of("gguf", "export-gguf-missing"))
             out = model_dir / gguf_tools.gguf_file_name(plan.target.name, plan.request.gguf)
-            self.progress.expected_bytes = plan.merged_bytes + plan.gguf_bytes
             gguf_log = self._child(
                 gguf_tools.runner_command(converter, model_dir, out, plan.request.gguf),
                 self.log_dir / GGUF_LOG_NAME,

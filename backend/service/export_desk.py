@@ -123,6 +123,15 @@ class ExportDesk:
             line += " " + render_message("export.plan_replaces", {"path": str(plan.target)}, locale)
         return line + ("\n\n" + findings_markdown(findings, locale) if findings else "")
 
+    def refused_markdown(self, request: ExportRequest, answer: StartAnswer, locale: str = "en") -> str:
+        """The plan line after a refused Export: the plan's own line (which already holds the
+        plan's refusals), and a refusal the plan does not make (another export running)."""
+        from backend.view import findings_markdown
+
+        line = self.plan_markdown(request, locale)
+        extra = [finding for finding in answer.findings if finding.rule == "export-busy"]
+        return line + ("\n\n" + findings_markdown(extra, locale) if extra else "")
+
     # --- the job ----------------------------------------------------------------------------
 
     def start(self, request: ExportRequest) -> StartAnswer:
@@ -172,8 +181,10 @@ class ExportDesk:
             locale,
         )
         lines = [head]
-        if progress.running and progress.written_bytes:
-            lines.append(render_message("export.written", {"written": size_text(progress.written_bytes), "expected": size_text(progress.expected_bytes)}, locale))
+        if progress.running and progress.expected_bytes:
+            # Toward the size the plan showed; past it, no longer progress: the end is near.
+            key = "export.written" if progress.written_bytes <= progress.expected_bytes else "export.written_over"
+            lines.append(render_message(key, {"written": size_text(progress.written_bytes), "expected": size_text(progress.expected_bytes)}, locale))
         if progress.findings:
             lines.append(findings_markdown(progress.findings, locale))
         result = progress.result
