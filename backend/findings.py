@@ -28,6 +28,9 @@ class Finding:
     # The message id when a rule has several messages ("nproc-range-digits" for the rule
     # "nproc-range"): the texts are `check.<message>.problem` / `.fix`. Empty: the rule's own.
     message: str = ""
+    # A line of another program (LLaMA-Factory's own message), shown apart from our words as
+    # the quoted line it is: never a parameter of a translated sentence.
+    quote: str = ""
 
     @classmethod
     def of(
@@ -38,6 +41,7 @@ class Finding:
         message: str = "",
         severity: Severity = "problem",
         patch: dict[str, Any] | None = None,
+        quote: str = "",
         **params: Any,
     ) -> "Finding":
         """A finding whose words are the catalogue's `check.<message or rule>.problem` / `.fix`,
@@ -56,6 +60,7 @@ class Finding:
             patch=dict(patch or {}),
             params=dict(params),
             message=message,
+            quote=quote,
         )
 
     def text(self, locale: str = "en") -> tuple[str, str]:
@@ -73,8 +78,9 @@ class Finding:
         return self.problem, self.fix
 
     def line(self) -> str:
-        """One line for the command line: key, problem, fix."""
-        return f"{self.severity}: {self.key}: {self.problem} Fix: {self.fix}"
+        """One line for the command line: key, problem, fix (and the quoted line, if any)."""
+        quoted = f' LLaMA-Factory: "{self.quote}"' if self.quote else ""
+        return f"{self.severity}: {self.key}: {self.problem} Fix: {self.fix}{quoted}"
 
 
 def has_problems(findings: list[Finding]) -> bool:

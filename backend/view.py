@@ -156,6 +156,9 @@ def findings_markdown(findings: list[Finding], locale: str = "en") -> str:
         label = t("word.problem" if finding.severity == "problem" else "word.warning", locale)
         problem, fix = finding_text(finding, locale)
         lines.append(f"- **{label}** {code_span(finding.key, 64)}: {markdown_message(problem)} **{t('word.fix', locale)}:** {markdown_message(fix)}")
+        if finding.quote:
+            # Another program's own line, quoted under the finding (inside its list item).
+            lines.append(f"  > {escape_markdown(t('word.llamafactory_line', locale))} {code_span(finding.quote, 400)}")
     return "\n".join(lines)
 
 
@@ -530,7 +533,6 @@ def preset_notes_markdown(preset, locale: str = "en") -> str:
     parts.append(t("preset.bf16", locale) if preset.bf16 else t("preset.no_bf16", locale, precision=preset.precision))
     if preset.env:
         parts.append(t("preset.env", locale, vars=", ".join(code_span(f"{k}={v}") for k, v in preset.env)))
-
     text = " · ".join(parts)
     notes = preset.notes_zh if locale.startswith("zh") and preset.notes_zh else preset.notes
     return f"{text}  \n{markdown_message(notes)}" if notes else text

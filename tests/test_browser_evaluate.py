@@ -305,3 +305,35 @@ def test_the_evaluate_tab_in_chinese(eval_server, registered, page_of) -> None:
     assert any("\u4e00" <= ch <= "\u9fff" for ch in findings)
     assert len(server.runs()) == before
     shoot(page, "evaluate-zh")
+
+
+# --- English on the Chinese page: a trainer's own line is quoted beside our words --------------------
+
+
+QUOTED_JS = """() => [...document.querySelectorAll('#findings li')].map(li => {
+    const own = li.cloneNode(true);
+    own.querySelectorAll('blockquote').forEach(q => q.remove());
+    return {own: own.innerText, quoted: [...li.querySelectorAll('blockquote')].map(q => q.innerText).join(' ')};
+})"""
+
+
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_llamafactorys_line_is_quoted_beside_our_words_never_inside_them(eval_server, page_of, browser_locale) -> None:
+    """Evaluate during training with nothing held out: LLaMA-Factory would stop at start with
+    its own English line. The finding says it in the page's words, and quotes the line apart."""
+    locale = LOCALES[browser_locale]
+    page = page_of(browser_locale, editable=True)
+    accordion = page.locator(".label-wrap", has_text=translate("accordion.training", locale)).first
+    if "open" not in (accordion.get_attribute("class") or "").split():
+        accordion.click()
+    page.locator("#eval-strategy input").click()
+    page.locator("#eval-strategy ul.options li", has_text="steps").first.click()
+    line = "Please make sure eval_dataset be provided or val_size >1e-6"
+    ours = plain(translate("check.eval-without-data.problem", locale, strategy="steps"))
+    wait_for_text(page, "#findings", ours[:30])
+    wait_until(lambda: any(line in item["quoted"] for item in page.evaluate(QUOTED_JS)), 30, interval=0.25, what="the quoted line")
+    [item] = [item for item in page.evaluate(QUOTED_JS) if ours[:30] in folded(item["own"])]
+    assert line in item["quoted"], item
+    assert "Please make sure" not in item["own"], f"LLaMA-Factory's line is inside the sentence: {item['own']!r}"
+    if locale == "zh-CN":
+        assert not re.search(r"[A-Za-z]{3,}(?: [A-Za-z]{2,}){3,}", item["own"]), f"an English clause in the Chinese sentence: {item['own']!r}"

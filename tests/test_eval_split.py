@@ -327,3 +327,23 @@ def test_a_real_demo_run_with_held_out_data_logs_eval_loss(tmp_path: Path, demo_
     assert [t["x"] for t in loss_figure(series)["data"] if t["name"] == "eval loss"] == [EVAL_STEPS]
     # What the runs table shows as the best eval loss.
     assert read_best_eval_loss(log_path, run_dir) == min(losses)
+
+
+def test_llamafactorys_own_line_is_quoted_beside_the_finding_not_inside_its_sentence() -> None:
+    from backend.llama_factory.check import findings_from_result
+    from backend.view import findings_markdown
+
+    line = "Please make sure eval_dataset be provided or val_size >1e-6"
+    found = rules(config_of(eval_strategy="steps"))["eval-without-data"]
+    assert found.quote == line
+    for locale in ("en", "zh-CN"):
+        problem, fix = found.text(locale)
+        assert "Please make sure" not in problem + fix
+        shown = findings_markdown([found], locale)
+        sentence, quoted = shown.split("\n")
+        assert "Please make sure" not in sentence and quoted.startswith("  > ") and f"`{line}`" in quoted
+    # LLaMA-Factory's own refusal of the same: our words, its line quoted.
+    [refusal] = findings_from_result({"error": {"type": "ValueError", "message": line}}, {"eval_strategy": "steps"})
+    assert refusal.message == "lf-rejected-no-eval-data" and refusal.quote == line
+    assert "Please make sure" not in "".join(refusal.text("zh-CN"))
+    assert line in refusal.line()

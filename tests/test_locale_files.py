@@ -17,7 +17,7 @@ from backend.i18n import CATALOGUE, DEFAULT_LOCALE, LOCALES, LOCALES_DIR, load_l
 
 ROOT = Path(__file__).resolve().parent.parent
 # Finding.of's own keyword arguments: everything else it is given is a message parameter.
-FINDING_OF_KEYWORDS = {"message", "severity", "patch", "key", "rule"}
+FINDING_OF_KEYWORDS = {"message", "severity", "patch", "key", "rule", "quote"}
 
 
 def _locale_files() -> dict[str, dict[str, str]]:

@@ -633,6 +633,13 @@ def _stage_entry(stage: str, name: str, entry: dict[str, Any], file: str) -> lis
 ROWS_COUNTED_MAX_BYTES = DATASET_PARSE_MAX_BYTES  # beyond, a dataset's rows are "unknown"
 
 
+# LLaMA-Factory's own lines for what rule_evaluation foresees (hparams/parser.py, data_args.py):
+# quoted beside the finding, never inside its translated sentence.
+NO_EVAL_DATA_LINE = "Please make sure eval_dataset be provided or val_size >1e-6"
+VAL_SIZE_AND_EVAL_DATASET_LINE = "Cannot specify `val_size` if `eval_dataset` is not None."
+STREAMING_VAL_SIZE_LINE = "Streaming mode should have an integer val size."
+
+
 def _other_key(ctx: _Context, name: str) -> Any:
     return dict(ctx.config.value("other_keys") or ()).get(name)
 
@@ -645,9 +652,9 @@ def rule_evaluation(ctx: _Context) -> list[Finding]:
     eval_dataset = _other_key(ctx, "eval_dataset")
     findings: list[Finding] = []
     if val_size > 0 and eval_dataset:
-        findings.append(Finding.of("val_size", "val-size-and-eval-dataset", patch={"val_size": 0.0}, value=shown(val_size)))
+        findings.append(Finding.of("val_size", "val-size-and-eval-dataset", patch={"val_size": 0.0}, quote=VAL_SIZE_AND_EVAL_DATASET_LINE, value=shown(val_size)))
     if strategy in ("steps", "epoch") and val_size == 0 and not eval_dataset:
-        findings.append(Finding.of("eval_strategy", "eval-without-data", patch={"val_size": 0.1}, strategy=strategy))
+        findings.append(Finding.of("eval_strategy", "eval-without-data", patch={"val_size": 0.1}, quote=NO_EVAL_DATA_LINE, strategy=strategy))
     if val_size > 0 and strategy == "no":
         findings.append(Finding.of("eval_strategy", "val-size-not-evaluated", severity="warning", patch={"eval_strategy": "steps"}, value=shown(val_size)))
     if val_size == 1:
@@ -655,7 +662,7 @@ def rule_evaluation(ctx: _Context) -> list[Finding]:
     elif val_size > 1 and val_size != int(val_size):
         findings.append(Finding.of("val_size", "val-size-count-whole", patch={"val_size": int(val_size)}, value=shown(val_size), count=int(val_size)))
     if 0 < val_size < 1 and _other_key(ctx, "streaming") is True:
-        findings.append(Finding.of("val_size", "val-size-fraction-streaming", patch={"val_size": 100}, value=shown(val_size)))
+        findings.append(Finding.of("val_size", "val-size-fraction-streaming", patch={"val_size": 100}, quote=STREAMING_VAL_SIZE_LINE, value=shown(val_size)))
     if val_size >= 2 and val_size == int(val_size):
         rows = _dataset_rows(ctx)
         if rows is not None and int(val_size) >= rows:

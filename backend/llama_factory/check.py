@@ -220,6 +220,7 @@ _KNOWN_MESSAGES: tuple[tuple[str, str, str], ...] = (
     (r"Please provide `model_name_or_path`", "model_name_or_path", "lf-rejected-no-model"),
     (r"requires non-zero --logging_steps", "logging_steps", "lf-rejected-logging-steps"),
     (r"requires non-zero --save_steps", "save_steps", "lf-rejected-save-steps"),
+    (r"Please make sure eval_dataset be provided or val_size", "val_size", "lf-rejected-no-eval-data"),
 )
 
 
@@ -227,7 +228,8 @@ def _finding_from_error(error: dict[str, str], args: dict[str, Any]) -> Finding:
     message = str(error.get("message", "")).strip()
     for pattern, key, message_id in _KNOWN_MESSAGES:
         if re.search(pattern, message):
-            return Finding.of(key, "lf-rejected", message=message_id)
+            # Our words; LLaMA-Factory's own line quoted beside them (searchable as it wrote it).
+            return Finding.of(key, "lf-rejected", message=message_id, quote=message[:400])
     key = _key_named_in(message, args)
     # LLaMA-Factory's own message stays as written, inside our sentence.
     said = message[:400] or str(error.get("type"))
