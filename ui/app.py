@@ -11,7 +11,7 @@ from ui.chat_tab import CHAT_CSS, build_chat_tab
 from ui.data_tab import DATA_CSS, build_data_tab
 from ui.evaluate_tab import EVALUATE_CSS, build_evaluate_tab
 from ui.export_tab import EXPORT_CSS, build_export_tab
-from ui.doctor_tab import build_doctor_tab
+from ui.doctor_tab import DOCTOR_CSS, build_doctor_tab
 from ui.import_tab import build_import_tab
 from ui.live import live_script
 from ui.runs_tab import RUNS_CSS, build_runs_tab
@@ -24,7 +24,7 @@ TRAIN_TAB_ID = "train"
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
     with gr.Blocks(
-        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
+        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS + DOCTOR_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
     ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")

@@ -11,6 +11,14 @@ from backend.i18n import translate
 from backend.service import RocBoard
 from ui.widgets import Texts
 
+# The verdict ("✓ ok", "✓ 正常") stays on one line: Gradio's tables wrap anywhere, so a
+# narrow first column split the mark from its word (and 正 from 常). A check's name breaks
+# only between words: HSA_OVERRIDE_GFX_VERSION is never cut in the middle.
+DOCTOR_CSS = """
+#doctor-report td:first-child { white-space: nowrap; }
+#doctor-report td:nth-child(2) { overflow-wrap: normal; word-break: normal; }
+"""
+
 
 def build_doctor_tab(board: RocBoard, texts: Texts, locale_state: Any, language: Any) -> None:
     run_button = texts.value(gr.Button(texts("button.run_doctor"), elem_id="doctor-run"), "button.run_doctor")

@@ -398,15 +398,23 @@ def check_telemetry(facts: MachineFacts) -> Check:
     working = [s for s in facts.telemetry if s.available]
     gpu_working = [s for s in working if s.name != "process"]
     failed = [s for s in facts.telemetry if not s.available]
-    # A source's detail and hint are the telemetry module's own words, shown as written.
+    # A source's detail and hint are messages of the telemetry modules (`telemetry.*`), with
+    # what a tool printed inside them as written: Joined keeps them messages, so the page
+    # renders them in its language.
     if gpu_working:
         return Check(name, "ok", M("doctor.telemetry.works", source=gpu_working[0].name, detail=gpu_working[0].detail))
     if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
-        source = working[0].name if working else M("doctor.telemetry.none")
+        source = _source_name(working[0].name) if working else M("doctor.telemetry.none")
         return Check(name, "ok", M("doctor.telemetry.process", source=source))
-    saw = "; ".join(f"{s.name}: {s.detail}" for s in failed)
-    hints = " ".join(dict.fromkeys(s.hint for s in failed if s.hint))
+    saw = Joined(Joined((f"{s.name}: ", s.detail), "") for s in failed)
+    hints = Joined(dict.fromkeys(s.hint for s in failed if s.hint), " ")
     return Check(name, "warning", M("doctor.telemetry.no_gpu_source", sources=saw), hints)
+
+
+def _source_name(name: str) -> str:
+    """A telemetry source as the Doctor names it: the tools by their names, the process
+    source (it is no tool: psutil reads the trainer's memory) in words."""
+    return M("doctor.telemetry.source.process") if name == "process" else name
 
 
 def _library(facts: MachineFacts, name: str) -> LibraryFact:
@@ -640,11 +648,11 @@ def read_telemetry(sysfs_root: Path, env: Mapping[str, str]) -> tuple[SourceStat
     try:
         from backend.telemetry.detect import detect_sources
     except ImportError as error:
-        return (SourceStatus("telemetry", False, f"telemetry module not available: {error}"),)
+        return (SourceStatus("telemetry", False, M("telemetry.probe_failed", error=f"ImportError: {error}")),)
     try:
         return tuple(detect_sources(sysfs_root, env)[1])
     except Exception as error:  # a broken source must not stop the doctor
-        return (SourceStatus("telemetry", False, f"detection failed: {type(error).__name__}: {error}"),)
+        return (SourceStatus("telemetry", False, M("telemetry.probe_failed", error=f"{type(error).__name__}: {error}")),)
 
 
 def find_llamafactory_cli() -> str | None:

@@ -105,7 +105,8 @@ class RocBoard:
         self.run_manager = RunManager(self.store, self.pipeline, self.monitors, sampler)
         self.decisions = RunDecisions(self.run_manager, self.monitors)
         self.run_manager.on_launch = self.decisions.follow
-        self.doctor = DoctorCache()
+        # The Doctor reads the machine the sampler reads (a fake /sys with --sysfs-root).
+        self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"))
         # Try and ship: chat with a run (its servers let go of the GPU when a trainer starts),
         # evaluate it on held-out data, merge and export it.
         self.chat = ChatDesk(self.store, self.run_manager, export_dir=self.export_dir)

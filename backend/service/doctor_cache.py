@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.config.presets import HardwarePreset
@@ -16,7 +17,10 @@ log = logging.getLogger(__name__)
 
 
 class DoctorCache:
-    def __init__(self) -> None:
+    def __init__(self, sysfs_root: Path = Path("/sys")) -> None:
+        # The tree the telemetry reads (`app.py --sysfs-root`, a fake one in demos and tests):
+        # the Doctor looks at the same GPUs the VRAM chart shows.
+        self.sysfs_root = Path(sysfs_root)
         self._checks: list[Check] | None = None
         self._lock = threading.Lock()
 
@@ -31,7 +35,7 @@ class DoctorCache:
         if refresh or self._checks is None:
             from backend.doctor import gather_facts, run_checks
 
-            checks = run_checks(gather_facts())
+            checks = run_checks(gather_facts(sysfs_root=self.sysfs_root))
             with self._lock:
                 self._checks = checks
         return self._checks

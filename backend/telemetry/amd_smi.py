@@ -17,6 +17,7 @@ import re
 import time
 from typing import Any
 
+from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, iter_json
 from backend.telemetry.tool import ToolOutput, run_tool
@@ -124,9 +125,9 @@ def diagnose_amd_smi(stdout: str, stderr: str) -> SourceStatus | None:
     if any(s in lowered for s in ("driver_not_loaded", "driver not loaded", "driver not initialized",
                                   "amdgpu not found", "unable to detect any gpu", "modprobe amdgpu")):
         line = next((l.strip() for l in both.splitlines() if "driver" in l.lower() or "gpu" in l.lower()), "")
-        return SourceStatus("amd-smi", False, line or "amdgpu driver not loaded", DRIVER_HINT)
+        return SourceStatus("amd-smi", False, line or Message("telemetry.amd_smi.no_driver"), DRIVER_HINT)
     if "no_perm" in lowered or "permission denied" in lowered:
-        line = next((l.strip() for l in both.splitlines() if "perm" in l.lower()), "permission denied")
+        line = next((l.strip() for l in both.splitlines() if "perm" in l.lower()), Message("telemetry.permission_denied"))
         return SourceStatus("amd-smi", False, line, GROUPS_HINT)
     return None
 
@@ -134,7 +135,7 @@ def diagnose_amd_smi(stdout: str, stderr: str) -> SourceStatus | None:
 class AmdSmiSource(CommandSource):
     name = "amd-smi"
     tool = "amd-smi"
-    install_hint = "Install amd-smi (ROCm 6+: `apt install amd-smi-lib`, or it comes with ROCm)"
+    install_hint = Message("telemetry.hint.install_amd_smi")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

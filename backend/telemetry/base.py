@@ -47,6 +47,8 @@ class SourceStatus:
 
     name: str
     available: bool
+    # Where the words are RocBoard's, a backend.i18n Message (`telemetry.*`: a str in English,
+    # rendered in the page's language by the Doctor); a tool's own line is kept as it printed it.
     detail: str = ""  # what was seen, e.g. "Driver not initialized (amdgpu not found in modules)"
     hint: str = ""  # what to do, e.g. "Add your user to the render and video groups"
 

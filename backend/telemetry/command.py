@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Mapping
 
+from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.tool import ToolOutput, find_tool, run_tool
 from backend.telemetry.topology import (
@@ -21,11 +22,11 @@ from backend.telemetry.topology import (
     with_visibility,
 )
 
-GROUPS_HINT = "Add your user to the render and video groups (`sudo usermod -aG render,video $USER`), then log in again"
-DRIVER_HINT = (
-    "Load the amdgpu kernel driver (`sudo modprobe amdgpu`, or install ROCm's amdgpu-dkms); "
-    "in a container, pass --device=/dev/kfd --device=/dev/dri"
-)
+# What a source says and what to do are messages (backend/i18n: `telemetry.*`): English as
+# strings (the command line), in the page's language on the Doctor tab; what a tool printed
+# is a value inside them, as written.
+GROUPS_HINT = Message("telemetry.hint.groups")
+DRIVER_HINT = Message("telemetry.hint.driver")
 
 
 def _json_values(text: str) -> Iterator[Any]:
@@ -70,7 +71,7 @@ class CommandSource:
 
     name = ""
     tool = ""
-    install_hint = ""
+    install_hint: str = ""
     # A tool call costs a process start (rocm-smi: ~0.3 s of CPU, mostly Python start-up);
     # the sampler reads it no more often than this whatever its own interval.
     min_interval_s = 2.0
@@ -110,10 +111,10 @@ class CommandSource:
 
     def probe(self) -> SourceStatus:
         if find_tool(self.tool, self.env) is None:
-            return SourceStatus(self.name, False, f"{self.tool} not found on PATH", self.install_hint)
+            return SourceStatus(self.name, False, Message("telemetry.tool_not_found", tool=self.tool), self.install_hint)
         output = run_tool(self.argv(), self.probe_timeout_s, self.env)
         if output.error:
-            return SourceStatus(self.name, False, output.error, f"Check that `{' '.join(self.argv())}` works in a shell")
+            return SourceStatus(self.name, False, output.error, Message("telemetry.hint.check_command", command=" ".join(self.argv())))
         status = self.unavailable(output)
         if status is not None:
             return status
@@ -123,12 +124,12 @@ class CommandSource:
             readings = []
             output = ToolOutput(output.argv, f"parser failed: {exc}", output.stderr, output.returncode, output.seconds)
         if not readings:
-            seen = first_line(output.stderr) or first_line(output.stdout) or "no output"
-            return SourceStatus(self.name, False, f"{self.tool} reported no GPU: {seen}", self.install_hint)
+            seen = first_line(output.stderr) or first_line(output.stdout) or Message("telemetry.no_output")
+            return SourceStatus(self.name, False, Message("telemetry.tool_no_gpu", tool=self.tool, seen=seen), self.install_hint)
         self.after_probe()
         self._kfd = read_kfd_gpus(self.sysfs_root)
         self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
-        return SourceStatus(self.name, True, f"{self.tool}: {len(readings)} GPU(s), {output.seconds:.2f} s per call")
+        return SourceStatus(self.name, True, Message("telemetry.tool_works", tool=self.tool, count=len(readings), seconds=f"{output.seconds:.2f}"))
 
     def set_run_environment(self, run_env: Mapping[str, str]) -> None:
         """Show the GPUs the run sees, by the run's own *_VISIBLE_DEVICES (after probe)."""

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from backend.i18n import Message
 from backend.telemetry.amd_smi import AmdSmiSource
 from backend.telemetry.base import PidProvider, Source, SourceStatus
 from backend.telemetry.nvidia_smi import NvidiaSmiSource
@@ -50,7 +51,7 @@ def detect_sources(
         try:
             status = source.probe()
         except Exception as exc:  # a probe must not stop the app from starting
-            status = SourceStatus(source.name, False, f"probe failed: {type(exc).__name__}: {exc}")
+            status = SourceStatus(source.name, False, Message("telemetry.probe_failed", error=f"{type(exc).__name__}: {exc}"))
         statuses.append(status)
         if status.available:
             sources.append(source)

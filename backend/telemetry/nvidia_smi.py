@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.command import CommandSource
 from backend.telemetry.tool import ToolOutput
@@ -59,7 +60,7 @@ def parse_nvidia_smi(text: str, at: float | None = None) -> list[Reading]:
 class NvidiaSmiSource(CommandSource):
     name = "nvidia-smi"
     tool = "nvidia-smi"
-    install_hint = "Only for NVIDIA GPUs: install the NVIDIA driver, which ships nvidia-smi"
+    install_hint = Message("telemetry.hint.nvidia_only")
 
     def argv(self) -> list[str]:
         return list(NVIDIA_SMI_ARGS)
@@ -69,7 +70,7 @@ class NvidiaSmiSource(CommandSource):
 
     def unavailable(self, output: ToolOutput) -> SourceStatus | None:
         if "NVIDIA-SMI has failed" in output.stdout + output.stderr:
-            return SourceStatus(self.name, False, "NVIDIA-SMI has failed: no NVIDIA driver", self.install_hint)
+            return SourceStatus(self.name, False, Message("telemetry.nvidia.no_driver"), self.install_hint)
         return None
 
     def to_run_indices(self, readings: list[Reading], identities: dict[int, CardIdentity]) -> list[Reading]:

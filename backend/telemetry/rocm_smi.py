@@ -21,6 +21,7 @@ import re
 import time
 from typing import Mapping
 
+from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, extract_json
 from backend.telemetry.tool import ToolOutput
@@ -129,15 +130,15 @@ def diagnose_rocm_smi(stdout: str, stderr: str) -> SourceStatus | None:
         line = next((l for l in both.splitlines() if NO_DRIVER in l), NO_DRIVER)
         return SourceStatus("rocm-smi", False, line.replace("ERROR:root:", "").strip(), DRIVER_HINT)
     if "Permission denied" in both or "permission" in both.lower() and "ERROR" in both:
-        line = next((l for l in both.splitlines() if "ermission" in l), "permission denied")
-        return SourceStatus("rocm-smi", False, line.strip(), GROUPS_HINT)
+        line = next((l.strip() for l in both.splitlines() if "ermission" in l), Message("telemetry.permission_denied"))
+        return SourceStatus("rocm-smi", False, line, GROUPS_HINT)
     return None
 
 
 class RocmSmiSource(CommandSource):
     name = "rocm-smi"
     tool = "rocm-smi"
-    install_hint = "Install amd-smi (ROCm 6+), or rocm-smi (`apt install rocm-smi`)"
+    install_hint = Message("telemetry.hint.install_rocm_smi")
 
     def argv(self) -> list[str]:
         return list(ROCM_SMI_ARGS)

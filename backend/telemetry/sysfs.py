@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
 from backend.telemetry.topology import (
     CardIdentity,
@@ -179,27 +180,27 @@ class SysfsSource:
             return SourceStatus(
                 self.name,
                 False,
-                f"no AMD GPU (vendor {AMD_VENDOR_ID}) under {self.sysfs_root / 'class' / 'drm'}",
-                "Load the amdgpu driver (`sudo modprobe amdgpu`) or install the ROCm kernel driver",
+                Message("telemetry.sysfs.no_card", vendor=AMD_VENDOR_ID, folder=str(self.sysfs_root / "class" / "drm")),
+                Message("telemetry.hint.load_amdgpu"),
             )
         memory_files = [c.device_dir / "mem_info_vram_total" for c in self._cards]
         if not any(f.exists() for f in memory_files):
             return SourceStatus(
                 self.name,
                 False,
-                "amdgpu sysfs has no mem_info_vram_total (kernel older than 4.19?)",
-                "Use a newer kernel, or install amd-smi (ROCm 6+) / rocm-smi",
+                Message("telemetry.sysfs.no_vram_file"),
+                Message("telemetry.hint.newer_kernel"),
             )
         if all(_read(f) is None for f in memory_files):
             return SourceStatus(
                 self.name,
                 False,
-                "mem_info_vram_total exists but cannot be read",
-                "Add your user to the render and video groups (`sudo usermod -aG render,video $USER`), then log in again",
+                Message("telemetry.sysfs.unreadable"),
+                Message("telemetry.hint.groups"),
             )
         shown = to_run_indices(read_sysfs_cards(self._cards), self._identities, self._gpus, self.env)
         cards = ", ".join(f"card{c.card}" for c in self._cards)
-        return SourceStatus(self.name, True, f"{len(self._cards)} AMD card(s) ({cards}); the run sees {len(shown)}")
+        return SourceStatus(self.name, True, Message("telemetry.sysfs.works", count=len(self._cards), cards=cards, shown=len(shown)))
 
     def set_run_environment(self, run_env: Mapping[str, str]) -> None:
         """Show the GPUs the run sees, by the run's own *_VISIBLE_DEVICES (after probe)."""

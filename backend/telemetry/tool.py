@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from backend.i18n import Message
 from backend.security.child_env import child_env
 
 
@@ -65,7 +66,7 @@ def run_tool(
     argv = tuple(argv)
     exe = find_tool(argv[0], env) if os.sep not in argv[0] else argv[0]
     if exe is None:
-        return ToolOutput(argv, "", "", None, 0.0, error=f"{argv[0]} not found on PATH")
+        return ToolOutput(argv, "", "", None, 0.0, error=Message("telemetry.tool_not_found", tool=argv[0]))
     try:
         proc = subprocess.Popen(
             (exe, *argv[1:]),
@@ -79,7 +80,7 @@ def run_tool(
             start_new_session=True,  # own process group, so a timeout kills the whole tree
         )
     except OSError as exc:
-        return ToolOutput(argv, "", "", None, time.monotonic() - started, error=f"could not start: {exc}")
+        return ToolOutput(argv, "", "", None, time.monotonic() - started, error=Message("telemetry.tool_could_not_start", error=str(exc)))
     try:
         out, err = proc.communicate(input=None if input_text is None else input_text.encode("utf-8"), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -94,7 +95,7 @@ def run_tool(
             _text(err),
             None,
             time.monotonic() - started,
-            error=f"timed out after {timeout_s:g} s",
+            error=Message("telemetry.tool_timed_out", seconds=f"{timeout_s:g}"),
         )
     return ToolOutput(argv, _text(out), _text(err), proc.returncode, time.monotonic() - started)
 
