@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import zipfile
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.demo import DATASET_FILE, demo_paths
 from backend.i18n import translate
@@ -248,3 +250,224 @@ def test_a_validation_split_draws_the_eval_loss_beside_the_training_loss(app_ser
     assert eval_name in traces and translate("chart.loss_series", "en") in traces
     log = (app_server.runs_dir / run_id / "output" / "trainer_log.jsonl").read_text(encoding="utf-8")
     assert "eval_loss" in log
+
+
+# --- issue 27: a first hour on the Data tab without a surprise -----------------------------------
+
+
+def plain(markdown: str) -> str:
+    """What a person reads of one of the page's Markdown lines: no emphasis or code marks, no
+    backslash escapes, whitespace folded."""
+    text = re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", ""))
+    return " ".join(text.split())
+
+
+def folded(text: str) -> str:
+    return " ".join(text.split())
+
+
+def problem_of(rule: str, locale: str = "en", **params: str) -> str:
+    """The problem a finding of `rule` states, as the page shows it (its first sentence is
+    enough to recognise it)."""
+    return plain(translate(f"check.{rule}.problem", locale, **params))
+
+
+def gradio_errors(page) -> list[str]:
+    """Gradio's error toasts and the red "Error" badges it puts on the components of an event
+    that failed: what a person sees when an event raised."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.toast-body, .wrap .error')]
+            .filter(e => e.getClientRects().length > 0).map(e => e.innerText.split(/\\s+/).join(' ').trim())"""
+    )
+
+
+def settled(page) -> None:
+    """Until the page's events are done: no pending overlay, or Gradio showed an error."""
+    page.wait_for_function(
+        """() => document.querySelectorAll('.wrap.default.full:not(.hide)').length === 0
+            || [...document.querySelectorAll('.toast-body, .wrap .error')].some(e => e.getClientRects().length > 0)""",
+        timeout=UI_TIMEOUT_MS,
+        polling=200,
+    )
+
+
+def upload(page, path: Path) -> None:
+    """Uploads `path` in the Data tab (the file shown before is cleared first, with the upload
+    area's own clear button) and waits until the tab shows it."""
+    chooser = page.locator("#data-upload input[type=file]")
+    page.wait_for_selector("#data-upload input[type=file], #data-upload button[aria-label='Clear']", state="attached", timeout=UI_TIMEOUT_MS)
+    if chooser.count() == 0:
+        page.locator("#data-upload button[aria-label='Clear']").first.click()
+        chooser.first.wait_for(state="attached", timeout=UI_TIMEOUT_MS)
+        settled(page)
+    chooser.first.set_input_files(str(path))
+    wait_for_text(page, "#data-summary", path.name)
+
+
+def dropdown_value(page, element_id: str) -> str:
+    return page.locator(f"#{element_id} input").first.input_value()
+
+
+def histogram_drawn(page) -> bool:
+    return page.evaluate("() => { const p = document.querySelector('#data-lengths .js-plotly-plot'); return !!p && !!p.data && p.data.length > 0; }")
+
+
+def test_add_and_train_on_it_with_nothing_chosen_say_so_and_nothing_fails(app_server, page_of) -> None:
+    page = page_of()
+    open_data_tab(page)
+    before = dict(registry(app_server))
+    page.locator("#data-add").click()
+    added = wait_for_text(page, "#data-added", problem_of("data-nothing-chosen"))
+    settled(page)
+    assert gradio_errors(page) == [], f"Add with no file chose raised in Gradio; the page said {added!r}"
+
+    page.locator("#data-use").click()
+    said = wait_for_text(page, "#data-lengths-findings", problem_of("data-none-picked"))
+    settled(page)
+    assert gradio_errors(page) == [], f"Train on it with no dataset raised in Gradio; the page said {said!r}"
+    assert page.get_by_role("tab", name=translate("tab.data", "en")).get_attribute("aria-selected") == "true", "Train on it left the Data tab with nothing to train on"
+    assert registry(app_server) == before
+
+
+def test_train_on_it_opens_a_new_run_named_after_the_dataset_with_the_presets_defaults(app_server, page_of, tmp_path: Path) -> None:
+    from backend.config.presets import load_presets
+    from backend.service import demo_form
+
+    preset = load_presets()[0][demo_form()["preset"]]
+    page = page_of()
+    # What the form held before: another run's name and accumulation.
+    fill(page, "run-name", "the-previous-run")
+    fill(page, "grad-accum", str(preset.grad_accum + 3))
+    wait_until_idle(page)
+
+    open_data_tab(page)
+    upload(page, write_alpaca_csv(tmp_path / "fresh-for-training.csv", demo_rows()[:20]))
+    name = "fresh-for-training"
+    add_and_measure(page, name)
+    assert dropdown_value(page, "data-registered") == name
+    page.locator("#data-use").click()
+    page.wait_for_function(
+        "(name) => document.querySelector('[role=tab][aria-selected=true]')?.innerText.trim() === name", arg=translate("tab.train", "en"), timeout=UI_TIMEOUT_MS
+    )
+    page.wait_for_function(
+        "(name) => document.querySelector('#dataset input, #dataset textarea')?.value === name", arg=name, timeout=UI_TIMEOUT_MS
+    )
+    wait_until_idle(page)
+    run_name = page.locator("#run-name input, #run-name textarea").first.input_value()
+    assert run_name == name, f"the new run is called {run_name!r}, not after its dataset"
+    assert page.locator("#grad-accum input").first.input_value() == str(preset.grad_accum), "the accumulation is the previous form's, not the preset's"
+    assert dropdown_value(page, "dataset-pick") == name, "Or pick one of your datasets is empty although the form trains on it"
+    assert page.locator("#dataset-dir input, #dataset-dir textarea").first.input_value() == str(app_server.runs_dir.resolve() / "datasets")
+
+
+def test_another_file_clears_the_lengths_and_a_file_added_before_is_named_not_added_again(app_server, page_of, tmp_path: Path) -> None:
+    rows = demo_rows()
+    first = write_alpaca_csv(tmp_path / "added-once.csv", rows[:25])
+    other = write_sharegpt_jsonl(tmp_path / "another-file.jsonl", rows[25:40])
+    page = page_of()
+    open_data_tab(page)
+    upload(page, first)
+    add_and_measure(page, "added-once")
+    wait_for_histogram(page)
+    wait_for_text(page, "#data-lengths-summary", "25")
+
+    # Another file: the lengths shown were the first dataset's, and they go.
+    upload(page, other)
+    try:
+        page.wait_for_function(
+            "() => { const p = document.querySelector('#data-lengths .js-plotly-plot'); return !(p && p.data && p.data.length); }", timeout=UI_TIMEOUT_MS
+        )
+    except PlaywrightTimeout:
+        pass
+    assert not histogram_drawn(page), "the first dataset's histogram stays while another file is shown"
+    assert text_of(page, "#data-lengths-summary").strip() == ""
+    assert page.locator("#data-example mark").count() == 0
+
+    # The same bytes again, under another file name: the page names the dataset it already is.
+    again = tmp_path / "copy of added-once.csv"
+    again.write_bytes(first.read_bytes())
+    before = dict(registry(app_server))
+    upload(page, again)
+    already = plain(translate("datatab.already_added", "en", name="added-once"))
+    wait_for_text(page, "#data-added", already.split("added-once")[0].strip())
+    assert "added-once" in text_of(page, "#data-added")
+    assert dropdown_value(page, "data-registered") == "added-once", "the dataset it already is is not offered to use"
+    page.locator("#data-add").click()
+    refused = wait_for_text(page, "#data-added", problem_of("data-already-added", name="added-once").split("added-once")[0].strip())
+    settled(page)
+    assert registry(app_server) == before, f"added again: {set(registry(app_server)) - set(before)}; the page said {refused!r}"
+    assert gradio_errors(page) == []
+
+
+def test_the_preview_says_nothing_is_there_yet_instead_of_numbered_headers(app_server, page_of, tmp_path: Path) -> None:
+    page = page_of()
+    open_data_tab(page)
+    headers = page.evaluate("() => [...document.querySelectorAll('#data-preview th')].filter(t => t.getClientRects().length > 0).map(t => t.innerText.trim())")
+    assert not {"1", "2", "3"} & set(headers), f"an empty preview shows placeholder headers {headers}"
+    assert plain(translate("datatab.preview_empty", "en")) in folded(text_of(page, "#data-preview-empty"))
+
+    upload(page, write_alpaca_csv(tmp_path / "with-headers.csv", demo_rows()[:5]))
+    page.wait_for_function("() => document.querySelectorAll('#data-preview tbody tr').length > 0", timeout=UI_TIMEOUT_MS)
+    headers = page.evaluate("() => [...document.querySelectorAll('#data-preview th')].filter(t => t.getClientRects().length > 0).map(t => t.innerText.trim())")
+    assert {"instruction", "input", "output"} <= set(headers), headers
+    assert not page.locator("#data-preview-empty").is_visible()
+
+
+def switch_language(page, locale: str) -> None:
+    page.locator("#language label", has_text="中文" if locale == "zh-CN" else "English").click()
+    page.wait_for_function(
+        "(name) => [...document.querySelectorAll('[role=tab]')].some(t => t.innerText.trim() === name)", arg=translate("tab.data", locale), timeout=UI_TIMEOUT_MS
+    )
+    wait_until_idle(page)
+
+
+def layout_labels(page) -> list[str]:
+    return page.evaluate("() => [...document.querySelectorAll('#data-layout label')].map(l => l.innerText.trim())")
+
+
+@pytest.mark.parametrize("browser_locale, page_locale", [("zh-CN", "zh-CN"), ("en-US", "zh-CN"), ("zh-CN", "en")])
+def test_the_layouts_are_named_in_the_pages_language(app_server, page_of, browser_locale, page_locale) -> None:
+    from backend.data.dataset_file import LAYOUTS
+
+    page = page_of(browser_locale)
+    if not browser_locale.startswith(page_locale[:2]):
+        switch_language(page, page_locale)
+    open_data_tab(page, page_locale)
+    expected = [translate(f"datatab.layout.{name}", page_locale) for name in LAYOUTS]
+    try:
+        page.wait_for_function(
+            "(expected) => JSON.stringify([...document.querySelectorAll('#data-layout label')].map(l => l.innerText.trim())) === JSON.stringify(expected)",
+            arg=expected,
+            timeout=UI_TIMEOUT_MS,
+        )
+    except PlaywrightTimeout:
+        pass
+    assert layout_labels(page) == expected
+
+
+def upload_area_text(page) -> str:
+    return folded(page.locator("#data-upload").inner_text())
+
+
+@pytest.mark.parametrize("browser_locale, page_locale", [("en-US", "zh-CN"), ("zh-CN", "en")])
+def test_gradios_own_upload_words_follow_the_language_switch(app_server, page_of, browser_locale, page_locale) -> None:
+    """What a browser in the page's language shows in the upload area (Gradio's own words,
+    "Drop File Here - or - Click to Upload", in Gradio's translation) is what a page switched
+    to that language shows."""
+    native = page_of("zh-CN" if page_locale == "zh-CN" else "en-US")
+    open_data_tab(native, page_locale)
+    expected = upload_area_text(native)
+    assert expected, "the upload area shows no words"
+
+    page = page_of(browser_locale)
+    open_data_tab(page, "zh-CN" if browser_locale == "zh-CN" else "en")
+    assert upload_area_text(page) != expected, "both browsers show the same words before the switch: the test proves nothing"
+    switch_language(page, page_locale)
+    open_data_tab(page, page_locale)
+    try:
+        page.wait_for_function(
+            "(expected) => document.querySelector('#data-upload').innerText.split(/\\s+/).join(' ').trim() === expected", arg=expected, timeout=UI_TIMEOUT_MS
+        )
+    except PlaywrightTimeout:
+        pass
+    assert upload_area_text(page) == expected

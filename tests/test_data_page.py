@@ -15,7 +15,12 @@ from backend.data.lengths import ExampleSegment
 from backend.i18n import CATALOGUE
 from backend.runs import RunStore
 from backend.service import RocBoard
-from backend.service.data_desk import MappingForm, example_html, suggest_name
+from backend.service.data_desk import (
+    MappingForm,
+    example_html,
+    fresh_run_name,
+    suggest_name,
+)
 from ui.data_tab import ROLES, TAGS
 from ui.guard import MIB, UPLOAD_BODY_CAP, upload_body_cap
 from ui.serve import DEFAULT_MAX_UPLOAD_MB, parse_args
@@ -155,3 +160,24 @@ def test_a_json_list_is_read_element_by_element(board: RocBoard, tmp_path: Path,
     broken.write_text("\n".join(text), encoding="utf-8")
     refused = board.data.read_path(str(broken)).findings.replace("\\", "")
     assert "broken.json" in refused and "10" in refused
+
+
+def test_train_on_it_opens_a_new_run_named_after_the_dataset_on_the_presets_defaults(board: RocBoard, tmp_path: Path) -> None:
+    from backend.config import schema
+    from backend.service import demo_form
+
+    alpaca = write_jsonl(tmp_path / "alpaca.jsonl", ALPACA)
+    assert board.data.add("path", str(alpaca), "pairs").name == "pairs"
+    preset = board.preset(demo_form()["preset"])
+    # The form as another run left it: its name, accumulation, steps and Other keys.
+    current = {**demo_form(), "run_name": "last-week", "grad_accum": preset.grad_accum + 3, "max_steps": 77, "other_keys": "neftune_noise_alpha: 5", "dist_nproc": 2}
+    form = board.form_for_dataset("pairs", current)
+    assert form["run_name"] == "pairs"
+    assert form["grad_accum"] == preset.grad_accum and form["max_steps"] == schema.field("max_steps").default and form["other_keys"] == ""
+    assert (form["dataset_dir"], form["dataset"], form["stage"]) == (str(board.data.folder), "pairs", "sft")
+    # Kept: the preset, the model and template the lengths were measured with, the page's own fields.
+    assert {name: form[name] for name in ("preset", "model_path", "template", "dist_nproc")} == {name: current[name] for name in ("preset", "model_path", "template", "dist_nproc")}
+    assert set(form) >= set(schema.form_defaults())
+    # A run already has the name: the new one gets its own.
+    assert fresh_run_name("pairs", ["pairs", "pairs-2"]) == "pairs-3"
+    assert fresh_run_name("x" * 64, ["x" * 64]) == "x" * 62 + "-2"

@@ -193,7 +193,7 @@ def test_names_are_checked_and_a_taken_name_is_refused_with_a_free_one(tmp_path:
         assert [f.rule for f in registry.check_name(bad)] == ["data-name-invalid"], bad
     uploaded = _alpaca_file(tmp_path / "a.json")
     assert registry.add_upload("set", uploaded, "a.json").name == "set"
-    assert registry.add_upload("set-2", uploaded, "a.json").name == "set-2"
+    assert registry.add_upload("set-2", _alpaca_file(tmp_path / "a2.json", rows=4), "a.json").name == "set-2"
     before = (registry.folder / "files" / "set.json").read_bytes()
     other = tmp_path / "b.json"
     other.write_text(json.dumps([{"instruction": "other", "output": "x"}]), encoding="utf-8")
@@ -231,7 +231,8 @@ def test_a_linked_datasets_folder_is_refused(tmp_path: Path) -> None:
 
 def test_two_adds_at_once_both_land(tmp_path: Path) -> None:
     registry = _registry(tmp_path)
-    uploads = [_alpaca_file(tmp_path / f"u{i}.json", rows=200) for i in range(6)]
+    # Six different files (the same file twice would be named, not added again).
+    uploads = [_alpaca_file(tmp_path / f"u{i}.json", rows=200 + i) for i in range(6)]
     barrier = threading.Barrier(len(uploads))
     results = {}
 
@@ -329,3 +330,42 @@ def test_llamafactory_accepts_the_entries(tmp_path: Path) -> None:
     assert conversation["_system"] == "Be kind."
     assert conversation["_prompt"] == [{"role": "user", "content": "Hi"}]
     assert conversation["_response"] == [{"role": "assistant", "content": "Hello!"}]
+
+
+def test_a_file_added_before_is_named_not_added_again(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    registry = _registry(tmp_path, roots=[data])
+    first = _alpaca_file(data / "a.json", rows=5)
+    assert registry.add_upload("set", first, "a.json").name == "set"
+    entry = json.loads((registry.folder / "dataset_info.json").read_text(encoding="utf-8"))["set"]
+    assert entry["rocboard"]["bytes"] == first.stat().st_size and len(entry["rocboard"]["sha256"]) == 64
+
+    # The same bytes under another file name, and under another dataset name: named, not added.
+    copy = tmp_path / "copy of a.json"
+    copy.write_bytes(first.read_bytes())
+    assert registry.same_dataset(copy, registry.inspect_upload(copy, copy.name).mapping) == "set"
+    again = registry.add_upload("set-again", copy, copy.name)
+    assert (again.name, again.existing, [f.rule for f in again.findings]) == (None, "set", ["data-already-added"])
+    assert "'set'" in again.findings[0].problem
+    # ... even when the name asked for is the taken one: what the file is comes first.
+    assert registry.add_upload("set", copy, copy.name).existing == "set"
+    # Read another way (prompt and response swapped), it is another dataset.
+    other_way = ColumnMapping("alpaca", (("prompt", "output"), ("response", "instruction")))
+    assert registry.same_dataset(copy, other_way) is None
+    assert registry.add_upload("set-prompt-only", copy, copy.name, other_way).name == "set-prompt-only"
+    # Other bytes of the same size are not the same file.
+    lookalike = tmp_path / "b.json"
+    lookalike.write_bytes(first.read_bytes().replace(b"q1", b"q9"))
+    assert lookalike.stat().st_size == first.stat().st_size
+    assert registry.add_upload("lookalike", lookalike, "b.json").name == "lookalike"
+
+    # A file on this machine named twice: the same path, whatever its name; its bytes
+    # uploaded are that dataset too.
+    served = _alpaca_file(data / "served.json", rows=7)
+    assert registry.add_server_path("served", str(served)).name == "served"
+    assert registry.add_server_path("served-2", str(data / "." / "served.json")).existing == "served"
+    uploaded_copy = tmp_path / "served-upload.json"
+    uploaded_copy.write_bytes(served.read_bytes())
+    assert registry.add_upload("served-up", uploaded_copy, "served.json").existing == "served"
+    assert registry.names() == ["set", "set-prompt-only", "lookalike", "served"]

@@ -12,6 +12,7 @@ from ui.data_tab import DATA_CSS, build_data_tab
 from ui.evaluate_tab import EVALUATE_CSS, build_evaluate_tab
 from ui.export_tab import EXPORT_CSS, build_export_tab
 from ui.doctor_tab import DOCTOR_CSS, build_doctor_tab
+from ui.gradio_locale import follow_page_language
 from ui.import_tab import build_import_tab
 from ui.live import live_script
 from ui.runs_tab import RUNS_CSS, build_runs_tab
@@ -84,6 +85,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         # The presets' names are their files' words, in each language (display_name_zh).
         preset = train.fields["preset"]
         language.change(lambda locale: gr.update(choices=board.preset_choices(locale)), language, preset, show_progress="hidden")
+        # The Data tab's layouts are named in the page's language (a radio's choices, not a label).
+        language.change(data["relabel"], language, data["relabel_outputs"], show_progress="hidden")
         # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
         language.input(lambda locale: locale, language, saved_locale, show_progress="hidden")
 
@@ -111,5 +114,7 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             show_progress="hidden",
         )
         train.then_derive(loaded)
+        # Gradio's own words (the upload area's "Drop File Here", ...) in the page's language too.
+        follow_page_language(language, loaded)
     return page
 

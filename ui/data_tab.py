@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from backend.data.dataset_file import LAYOUTS, roles_of
+from backend.i18n import translate
 from backend.service import RocBoard
 from backend.service.data_desk import DataPreview, MappingForm
 from ui.train_tab import ALL_FIELDS, TrainTab
@@ -28,8 +29,14 @@ DATA_CSS = """
 """
 
 
+def layout_choices(locale: str) -> list[tuple[str, str]]:
+    """The layouts as the radio offers them: their names in `locale`, their ids as values."""
+    return [(translate(f"datatab.layout.{name}", locale), name) for name in LAYOUTS]
+
+
 def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> dict[str, Any]:
     source = gr.State({"kind": "upload", "path": None})  # the file the tab shows: an upload or a path
+    to_measure = gr.State(None)  # the dataset an add registered (or found already there), measured next
     with gr.Row():
         with gr.Column(scale=2, min_width=360):
             with texts.label(gr.Tab(texts("datatab.tab_upload"), elem_id="data-tab-upload"), "datatab.tab_upload"):
@@ -41,7 +48,7 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
             summary = gr.Markdown("", elem_id="data-summary")
             with texts.label(gr.Accordion(texts("datatab.columns"), open=True), "datatab.columns"):
                 layout = texts.label(
-                    gr.Radio([(texts(f"datatab.layout.{name}"), name) for name in LAYOUTS], value=None, label=texts("datatab.layout"), elem_id="data-layout"), "datatab.layout"
+                    gr.Radio(layout_choices(texts.locale), value=None, label=texts("datatab.layout"), elem_id="data-layout"), "datatab.layout"
                 )
                 role_boxes = {
                     role: texts.label(
@@ -57,7 +64,9 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
                 add_button = texts.value(gr.Button(texts("datatab.add"), variant="primary", elem_id="data-add"), "datatab.add")
             added = gr.Markdown("", elem_id="data-added")
         with gr.Column(scale=3):
-            preview = gr.Dataframe(value=None, interactive=False, wrap=True, max_height=360, elem_id="data-preview")
+            # Shown once a file is read: empty, Gradio's table would show numbered headers (1 2 3).
+            preview_empty = texts.value(gr.Markdown(texts("datatab.preview_empty"), elem_id="data-preview-empty"), "datatab.preview_empty")
+            preview = gr.Dataframe(value=None, interactive=False, wrap=True, max_height=360, visible=False, elem_id="data-preview")
             with gr.Row():
                 registered = texts.label(gr.Dropdown(board.data.names(), value=None, label=texts("datatab.registered"), elem_id="data-registered"), "datatab.registered")
                 measure_button = texts.value(gr.Button(texts("datatab.measure"), elem_id="data-measure"), "datatab.measure")
@@ -90,31 +99,43 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
             *[gr.update(value=tags.get(tag, "")) for tag in TAGS],
         ]
 
-    shown_outputs = [findings, summary, preview, layout, *role_boxes.values(), tag_row, *tag_boxes.values(), name_box]
+    shown_outputs = [findings, summary, preview_empty, preview, layout, *role_boxes.values(), tag_row, *tag_boxes.values(), name_box]
+    measure_outputs = [lengths_findings, lengths_summary, histogram, example]
+    # The lengths shown are a registered dataset's: another file read, or another dataset
+    # picked, and they are not what the tab shows any more.
+    no_lengths = ["", "", None, ""]
 
     def show(shown: DataPreview, name: Any = None) -> list[Any]:
         table = {"headers": shown.headers, "data": shown.rows} if shown.headers else None
         return [
             shown.findings,
             shown.summary,
-            gr.update(value=table),
+            gr.update(visible=table is None),
+            gr.update(value=table, visible=table is not None),
             *mapping_updates(shown),
             gr.update(value=shown.suggested_name) if name is None else name,
         ]
 
-    def on_upload(path: str | None, locale: str):
-        shown = board.data.read_upload(path, None, locale)
-        return [{"kind": "upload", "path": path}, "", *show(shown)]
+    def read_outputs(current: dict, shown: DataPreview) -> list[Any]:
+        """A file read: what the tab shows of it, the lengths gone, and the dataset it already
+        is (if it is one) picked under Your datasets, with a line that says so."""
+        picked = gr.update(value=shown.existing) if shown.existing else gr.skip()
+        return [current, shown.notice, *show(shown), *no_lengths, picked]
 
-    upload.upload(on_upload, [upload, locale_state], [source, added, *shown_outputs])
-    upload.clear(lambda: [{"kind": "upload", "path": None}, "", *show(DataPreview("", "", [], [], False, None, (), ""))], None, [source, added, *shown_outputs])
+    read_targets = [source, added, *shown_outputs, *measure_outputs, registered]
+
+    def on_upload(path: str | None, locale: str):
+        return read_outputs({"kind": "upload", "path": path}, board.data.read_upload(path, None, locale))
+
+    upload.upload(on_upload, [upload, locale_state], read_targets)
+    upload.clear(lambda: read_outputs({"kind": "upload", "path": None}, DataPreview("", "", [], [], False, None, (), "")), None, read_targets)
 
     def on_read(raw: str, locale: str):
-        shown = board.data.read_path(raw, None, locale)
-        return [{"kind": "path", "path": raw}, "", *show(shown)]
+        return read_outputs({"kind": "path", "path": raw}, board.data.read_path(raw, None, locale))
 
-    read_button.click(on_read, [path_box, locale_state], [source, added, *shown_outputs])
-    path_box.submit(on_read, [path_box, locale_state], [source, added, *shown_outputs])
+    read_button.click(on_read, [path_box, locale_state], read_targets)
+    path_box.submit(on_read, [path_box, locale_state], read_targets)
+    registered.input(lambda: no_lengths, None, measure_outputs, show_progress="hidden")
 
     def on_layout(layout_value: str | None):
         roles = {role for role, _ in roles_of(layout_value)} if layout_value in LAYOUTS else set()
@@ -135,12 +156,20 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         choices = choices_of(*values)
         result = board.data.add(current.get("kind", "upload"), current.get("path"), name, choices, locale)
         names = board.data.names()
-        picked = result.name if result.name else gr.skip()
+        # The dataset added, or the one the file already is: picked, and measured next. A
+        # refusal leaves the pick as it was (a value of gr.skip() inside an update would be
+        # taken for a choice, and fail).
+        picked = result.name or result.existing
+        pick = gr.update(choices=names, value=picked) if picked else gr.update(choices=names)
         # The Train form's pick offers it at once (its value and whether it may be used stay).
-        return [result.message, gr.update(choices=names, value=picked), gr.update(choices=names)]
+        return [result.message, pick, gr.update(choices=names), picked]
 
     added_event = add_button.click(
-        on_add, [source, name_box, locale_state, *mapping_inputs], [added, registered, train.dataset_pick], concurrency_limit=1, concurrency_id="data-add"
+        on_add,
+        [source, name_box, locale_state, *mapping_inputs],
+        [added, registered, train.dataset_pick, to_measure],
+        concurrency_limit=1,
+        concurrency_id="data-add",
     )
 
     def on_measure(name: str | None, locale: str, *values: Any):
@@ -149,19 +178,21 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         lengths = board.data.measure(name, dict(zip(ALL_FIELDS, values)), locale)
         return lengths.findings, lengths.summary, plot(lengths.figure), lengths.example
 
-    measure_outputs = [lengths_findings, lengths_summary, histogram, example]
-    # A dataset just added is measured at once with the Train form's model and cutoff.
-    added_event.then(on_measure, [registered, locale_state, *form_inputs], measure_outputs, concurrency_limit=2, concurrency_id="data-measure")
+    # A dataset just added (or found already there) is measured at once with the Train form's
+    # model and cutoff; nothing is measured after a refusal.
+    added_event.then(on_measure, [to_measure, locale_state, *form_inputs], measure_outputs, concurrency_limit=2, concurrency_id="data-measure")
     measure_button.click(on_measure, [registered, locale_state, *form_inputs], measure_outputs, concurrency_limit=2, concurrency_id="data-measure")
 
     def on_use(name: str | None, run_id: str | None, locale: str, *values: Any):
-        """A new run's form on the Train tab, training on the picked dataset."""
+        """A new run's form on the Train tab, training on the picked dataset: named after it,
+        the preset's defaults for the rest of the run's settings (RocBoard.form_for_dataset)."""
         if not name:
-            return [gr.skip(), gr.skip(), *[gr.skip()] * len(train.open_outputs)]
-        form = dict(zip(ALL_FIELDS, values))
-        form.update(board.data.form_values(name, str(form.get("stage") or "sft")))
-        notice = board.data.use_notice(name, locale)
-        return ["", gr.Tabs(selected=train_tab_id), *train.edit_form(form, run_id, locale, notice, from_run=False)]
+            return [board.data.none_picked(locale), gr.skip(), *[gr.skip()] * len(train.open_outputs)]
+        form = board.form_for_dataset(name, dict(zip(ALL_FIELDS, values)))
+        opened = train.edit_form(form, run_id, locale, board.data.use_notice(name, locale), from_run=False)
+        # The form trains on this dataset: the pick beside the dataset field says so.
+        opened[train.open_outputs.index(train.dataset_pick)] = gr.update(choices=board.data.names(), value=name, interactive=True)
+        return ["", gr.Tabs(selected=train_tab_id), *opened]
 
     used = use_button.click(on_use, [registered, train.watched_run, locale_state, *form_inputs], [lengths_findings, tabs, *train.open_outputs])
     train.then_derive(used)
@@ -169,4 +200,8 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def refresh_registered():
         return gr.update(choices=board.data.names())
 
-    return {"refresh": refresh_registered, "registered": registered}
+    def relabel(locale: str):
+        """The layouts' names in the page's language (the radio's choices are data, not a label)."""
+        return gr.update(choices=layout_choices(locale))
+
+    return {"refresh": refresh_registered, "registered": registered, "relabel": relabel, "relabel_outputs": [layout]}

@@ -8,13 +8,19 @@ writes in the user's folders.
 An add is all or nothing: the name and the file are checked first, an upload is copied under
 a temporary name, and only under an exclusive lock is the copy renamed into place and the
 entry written (dataset_info.json replaced atomically); on any failure the copy is removed.
-Each entry also carries `"rocboard": {...}` (source, original name, rows, when added):
-LLaMA-Factory's DatasetAttr.join reads only the keys it knows, so it ignores this one.
+Each entry also carries `"rocboard": {...}` (source, original name, rows, size, an upload's
+sha256, when added): LLaMA-Factory's DatasetAttr.join reads only the keys it knows, so it
+ignores this one.
+
+A file is registered once per way of reading it: a file that already is a dataset with the
+same layout and columns (the same server path, or the same bytes under any file name) is
+named, not added again (`same_dataset`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -32,7 +38,7 @@ from backend.data.dataset_file import ColumnMapping, Inspection, dataset_info_en
 from backend.data.reading import inspect_bounded
 from backend.findings import Finding
 from backend.i18n import Message
-from backend.runs.safe_files import make_dir, open_dir_in_run, open_in_run, read_bytes, write_atomic
+from backend.runs.safe_files import lstat_in_run, make_dir, open_dir_in_run, open_in_run, opened, read_bytes, write_atomic
 
 DATASETS_DIRNAME = "datasets"
 FILES_DIRNAME = "files"
@@ -48,6 +54,7 @@ class AddResult:
     name: str | None  # the registered name; None when refused
     findings: tuple[Finding, ...]
     inspection: Inspection | None
+    existing: str | None = None  # refused because the file already is this dataset
 
 
 class _Refused(Exception):
@@ -176,20 +183,109 @@ class DatasetRegistry:
             return Inspection(Path(raw or ""), "", 0, (), (), (), mapping, tuple(findings))
         return inspect_bounded(real, str(real), mapping)
 
+    # --- the same file again ---------------------------------------------------------------
+
+    def same_dataset(self, candidate: Path, mapping: ColumnMapping | None, server_path: bool = False) -> str | None:
+        """The registered dataset `candidate` already is when read with `mapping`: an entry
+        with the same layout, columns and tags whose file is the same server path
+        (`server_path`: the candidate is used where it is) or holds the same bytes. None when
+        there is none. Bytes are compared only between files of the same size, at most the
+        upload limit (an upload's sha256 is stored when it is added)."""
+        if mapping is None:
+            return None
+        try:
+            info = self._read_info()
+            size = os.stat(candidate).st_size
+        except (_Refused, OSError):
+            return None
+        wanted = _how_read(dataset_info_entry(mapping, ""))
+        real = os.path.realpath(candidate)
+        digest: list[str] = []  # the candidate's sha256, computed once when a size matches
+
+        def candidate_digest() -> str | None:
+            if not digest:
+                try:
+                    with open(candidate, "rb") as handle:
+                        digest.append(_sha256(handle))
+                except OSError:
+                    return None
+            return digest[0]
+
+        for name, entry in info.items():
+            if not isinstance(entry, dict) or _how_read(entry) != wanted:
+                continue
+            file_name = entry.get("file_name")
+            if not isinstance(file_name, str) or not file_name:
+                continue
+            if os.path.isabs(file_name):
+                # A file on this machine, used where it is: still inside the allowed roots.
+                entry_path, problems = self.check_server_path(file_name)
+                if entry_path is None or problems:
+                    continue
+                if server_path and os.path.realpath(entry_path) == real:
+                    return name
+                try:
+                    entry_size = os.stat(entry_path).st_size
+                except OSError:
+                    continue
+            else:
+                try:
+                    found = lstat_in_run(self.folder, file_name)  # RocBoard's own copy: no link followed
+                except OSError:  # a name that leaves the folder (an entry written by hand)
+                    continue
+                if found is None or not stat.S_ISREG(found.st_mode):
+                    continue
+                entry_path, entry_size = None, found.st_size
+            if entry_size != size or size > self.max_upload_bytes:
+                continue
+            wanted_digest = candidate_digest()
+            if wanted_digest is None:
+                return None
+            meta = entry.get("rocboard") if isinstance(entry.get("rocboard"), dict) else {}
+            stored = meta.get("sha256") if meta.get("bytes") == entry_size else None
+            if stored is None:
+                try:
+                    if entry_path is None:
+                        with opened(self.folder, file_name) as handle:
+                            stored = _sha256(handle)
+                    else:
+                        with open(entry_path, "rb") as handle:
+                            stored = _sha256(handle)
+                except OSError:
+                    continue
+            if stored == wanted_digest:
+                return name
+        return None
+
+    def _already(self, existing: str, inspection: Inspection) -> AddResult:
+        return AddResult(None, (Finding.of("dataset_name", "data-already-added", name=repr(existing)),), inspection, existing)
+
+    def _name_findings(self, name: str) -> tuple[list[Finding], list[Finding]]:
+        """(findings that refuse `name` at once, the name-taken finding): a name already
+        taken is said only after the file is known not to be that dataset already."""
+        findings = self.check_name(name)
+        taken = [f for f in findings if f.rule == "data-name-taken"]
+        return [f for f in findings if f.rule != "data-name-taken"], taken
+
     # --- adding --------------------------------------------------------------------------------
 
     def add_upload(self, name: str, uploaded: Path, original_name: str, mapping: ColumnMapping | None = None) -> AddResult:
-        findings = self.check_name(name)
+        findings, taken = self._name_findings(name)
         if findings:
             return AddResult(None, tuple(findings), None)
         inspection = self.inspect_upload(uploaded, original_name, mapping)
         if not inspection.usable or inspection.mapping is None:
             return AddResult(None, inspection.findings, inspection)
+        existing = self.same_dataset(Path(uploaded), inspection.mapping)
+        if existing is not None:
+            return self._already(existing, inspection)
+        if taken:
+            return AddResult(None, tuple(taken), inspection)
         extension = os.path.splitext(_shown_name(original_name, uploaded))[1].lower() or Path(uploaded).suffix.lower()
         final = f"{name}{extension}"
         try:
             self._prepare_folder()
-            temp = self._copy_in(Path(uploaded), final)
+            temp, size, digest = self._copy_in(Path(uploaded), final)
         except _Refused as refused:
             return AddResult(None, tuple(refused.findings), inspection)
         except OSError as error:
@@ -203,7 +299,7 @@ class DatasetRegistry:
                 self._rename_in_files(temp, final)
                 placed = True
                 entry = dataset_info_entry(inspection.mapping, f"{FILES_DIRNAME}/{final}")
-                entry["rocboard"] = _meta("upload", _shown_name(original_name, uploaded), inspection)
+                entry["rocboard"] = {**_meta("upload", _shown_name(original_name, uploaded), inspection), "bytes": size, "sha256": digest}
                 self._write_info({**info, name: entry})
         except _Refused as refused:
             self._remove_in_files(final if placed else temp)
@@ -216,12 +312,17 @@ class DatasetRegistry:
         return AddResult(name, inspection.findings, inspection)
 
     def add_server_path(self, name: str, raw: str, mapping: ColumnMapping | None = None) -> AddResult:
-        findings = self.check_name(name)
+        findings, taken = self._name_findings(name)
         if findings:
             return AddResult(None, tuple(findings), None)
         inspection = self.inspect_server_path(raw, mapping)
         if not inspection.usable or inspection.mapping is None:
             return AddResult(None, inspection.findings, inspection)
+        existing = self.same_dataset(Path(inspection.source), inspection.mapping, server_path=True)
+        if existing is not None:
+            return self._already(existing, inspection)
+        if taken:
+            return AddResult(None, tuple(taken), inspection)
         try:
             self._prepare_folder()
             with self._locked():
@@ -230,6 +331,10 @@ class DatasetRegistry:
                     raise _Refused([Finding.of("dataset_name", "data-name-taken", name=repr(name), suggestion=repr(_free_name(name, set(info))))])
                 entry = dataset_info_entry(inspection.mapping, str(inspection.source))
                 entry["rocboard"] = _meta("path", str(inspection.source), inspection)
+                try:
+                    entry["rocboard"]["bytes"] = os.stat(inspection.source).st_size
+                except OSError:
+                    pass
                 self._write_info({**info, name: entry})
         except _Refused as refused:
             return AddResult(None, tuple(refused.findings), inspection)
@@ -264,10 +369,10 @@ class DatasetRegistry:
         data = json.dumps(info, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
         write_atomic(self.folder, DATASET_INFO, data)
 
-    def _copy_in(self, uploaded: Path, final: str) -> str:
-        """Copies the upload into files/ under a hidden temporary name; returns that name.
-        A block loop rather than shutil.copyfileobj: the copy stops at the upload limit (the
-        file may have grown since it was checked)."""
+    def _copy_in(self, uploaded: Path, final: str) -> tuple[str, int, str]:
+        """Copies the upload into files/ under a hidden temporary name; returns that name, the
+        bytes copied and their sha256. A block loop rather than shutil.copyfileobj: the copy
+        stops at the upload limit (the file may have grown since it was checked)."""
         temp = f".{final}.{secrets.token_hex(8)}.part"
         dir_fd = open_dir_in_run(self.folder, FILES_DIRNAME)
         try:
@@ -275,6 +380,7 @@ class DatasetRegistry:
             try:
                 with open(uploaded, "rb") as source, os.fdopen(out_fd, "wb") as target:
                     copied = 0
+                    digest = hashlib.sha256()
                     while block := source.read(COPY_BLOCK):
                         copied += len(block)
                         if copied > self.max_upload_bytes:
@@ -282,6 +388,7 @@ class DatasetRegistry:
                                 [Finding.of("data_file", "data-upload-too-big", file=final, size=f"{copied / 2**20:.1f}", limit=f"{self.max_upload_bytes / 2**20:.0f}")]
                             )
                         target.write(block)
+                        digest.update(block)
                     target.flush()
                     os.fsync(target.fileno())
             except BaseException:
@@ -292,7 +399,7 @@ class DatasetRegistry:
                 raise
         finally:
             os.close(dir_fd)
-        return temp
+        return temp, copied, digest.hexdigest()
 
     def _rename_in_files(self, temp: str, final: str) -> None:
         dir_fd = open_dir_in_run(self.folder, FILES_DIRNAME)
@@ -318,6 +425,19 @@ def _shown_name(original_name: str, uploaded: Path) -> str:
     """The upload's own file name (no folders: the browser may send anything)."""
     name = os.path.basename(str(original_name or "").replace("\\", "/")).strip()
     return name[:255] or Path(uploaded).name
+
+
+def _how_read(entry: dict[str, Any]) -> dict[str, Any]:
+    """What of a dataset_info entry says how its file is read (formatting, columns, tags):
+    all of it but the file and RocBoard's own notes."""
+    return {key: value for key, value in entry.items() if key not in ("file_name", "rocboard")}
+
+
+def _sha256(handle: Any) -> str:
+    digest = hashlib.sha256()
+    while block := handle.read(COPY_BLOCK):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def _free_name(name: str, taken: set[str]) -> str:

@@ -176,6 +176,16 @@ class RocBoard:
     def form_for_preset(self, preset_id: str) -> dict[str, Any]:
         return self.pipeline.form_for_preset(preset_id)
 
+    def form_for_dataset(self, name: str, current: Mapping[str, Any]) -> dict[str, Any]:
+        """The new run's form the Data tab's "Train on it" opens for registered dataset `name`
+        over the form `current`: its preset's defaults for the run settings (the form may hold
+        another run's), the dataset's folder, name and stage, and a run name after the dataset
+        that no run has (DataDesk.new_run_form)."""
+        from backend.config import schema
+
+        defaults = {**schema.form_defaults(), **self.form_for_preset(str(current.get("preset") or ""))}
+        return self.data.new_run_form(name, current, defaults, [state.name for state in self.runs()])
+
     def preset_notes(self, preset_id: str, locale: str = "en") -> str:
         """One line on the preset's hardware, and its notes, in the page's language (escaped:
         a preset file's notes are text anyone who can write presets/ chose)."""

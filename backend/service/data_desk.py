@@ -47,12 +47,15 @@ class DataPreview:
     mapping: ColumnMapping | None
     columns: tuple[str, ...]
     suggested_name: str
+    existing: str | None = None  # the registered dataset this file already is, read this way
+    notice: str = ""  # Markdown: that it is already there, and that it is picked to use
 
 
 @dataclass(frozen=True)
 class DataAdded:
     name: str | None  # registered under this name; None: refused (see message)
     message: str  # Markdown: what was added, or why not (the page already shows the file)
+    existing: str | None = None  # refused: the file already is this dataset (the page picks it)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,27 @@ class MappingForm:
         columns = tuple((role, str(column)) for role, column in self.columns.items() if role in roles and column)
         tags = tuple((tag, str(value).strip()[:TAG_CHARS_MAX]) for tag, value in self.tags.items() if value and str(value).strip())
         return ColumnMapping(layout=self.layout, columns=columns, tags=tags if self.layout == "sharegpt" else ())
+
+
+def fresh_run_name(dataset: str, taken: Sequence[str]) -> str:
+    """A new run's name from the dataset it trains on: the dataset's name (a registry name is
+    a valid run name), made unique among the runs' names with -2, -3, …"""
+    base = dataset[:NAME_MAX] or "run"
+    name, n = base, 1
+    taken_set = set(taken)
+    while name in taken_set:
+        n += 1
+        suffix = f"-{n}"
+        name = base[: NAME_MAX - len(suffix)] + suffix
+    return name
+
+
+# What "Train on it" keeps of the form it finds: the hardware preset, and the model and
+# template the lengths were measured with. Every other run setting (the run's name, batch,
+# accumulation, steps, LoRA, other keys, …) starts from the preset's defaults: the form may
+# hold another run's settings, and the new run would carry them under its dataset's name.
+# The page's own fields (the multi-GPU plan, where it runs) are not run settings: kept.
+KEPT_FOR_A_NEW_RUN = ("preset", "model_path", "template")
 
 
 def suggest_name(original_name: str, taken: Sequence[str]) -> str:
@@ -141,6 +165,25 @@ class DataDesk:
     def use_notice(self, name: str, locale: str = "en") -> str:
         return t("datatab.use_notice", locale, name=code_span(name, NAME_MAX + 2))
 
+    def new_run_form(self, name: str, current: Mapping[str, Any], defaults: Mapping[str, Any], run_names: Sequence[str]) -> dict[str, Any]:
+        """The form "Train on it" opens for registered dataset `name`: `current` (the form
+        as the page has it) with its run settings back to `defaults` (the preset's over the
+        schema's) but for KEPT_FOR_A_NEW_RUN, the dataset's folder, name and stage, and a run
+        name of its own (`run_names`: the runs there are)."""
+        from backend.config import schema
+
+        values = dict(current)
+        for run_field in schema.run_fields():
+            if run_field.name not in KEPT_FOR_A_NEW_RUN:
+                values[run_field.name] = defaults.get(run_field.name, run_field.default)
+        values.update(self.form_values(name, str(values.get("stage") or "sft")))
+        values["run_name"] = fresh_run_name(name, run_names)
+        return values
+
+    def none_picked(self, locale: str = "en") -> str:
+        """What "Train on it" says when no dataset is picked under Your datasets."""
+        return findings_markdown([Finding.of("dataset", "data-none-picked")], locale)
+
     # --- reading a file -------------------------------------------------------------------
 
     def read_upload(self, uploaded: str | None, choices: MappingForm | None = None, locale: str = "en") -> DataPreview:
@@ -148,14 +191,16 @@ class DataDesk:
             return self._preview(None, "", locale)
         path = Path(uploaded)
         inspection = self.registry.inspect_upload(path, path.name, choices.mapping() if choices else None)
-        return self._preview(inspection, path.name, locale)
+        existing = self.registry.same_dataset(path, inspection.mapping) if inspection.usable else None
+        return self._preview(inspection, path.name, locale, existing=existing)
 
     def read_path(self, raw: str, choices: MappingForm | None = None, locale: str = "en") -> DataPreview:
         raw = (raw or "").strip()
         if not raw:
             return self._preview(None, "", locale, [Finding.of("data_file", "data-path-empty")])
         inspection = self.registry.inspect_server_path(raw, choices.mapping() if choices else None)
-        return self._preview(inspection, Path(raw).name, locale)
+        existing = self.registry.same_dataset(Path(inspection.source), inspection.mapping, server_path=True) if inspection.usable else None
+        return self._preview(inspection, Path(raw).name, locale, existing=existing)
 
     def add(self, kind: str, source: str | None, name: str, choices: MappingForm | None = None, locale: str = "en") -> DataAdded:
         """Registers the file: `kind` "upload" (Gradio's copy of an upload) or "path" (a file
@@ -171,12 +216,12 @@ class DataDesk:
         else:
             result = self.registry.add_server_path(name, source, mapping)
         if result.name is None:
-            return DataAdded(None, findings_markdown(list(result.findings), locale))
+            return DataAdded(None, findings_markdown(list(result.findings), locale), result.existing)
         added = t("datatab.added", locale, name=code_span(result.name, NAME_MAX + 2), folder=code_span(str(self.folder), 4096))
         warnings = findings_markdown(list(result.findings), locale)
         return DataAdded(result.name, added + ("\n\n" + warnings if warnings else ""))
 
-    def _preview(self, inspection: Inspection | None, shown_name: str, locale: str, extra: list[Finding] | None = None) -> DataPreview:
+    def _preview(self, inspection: Inspection | None, shown_name: str, locale: str, extra: list[Finding] | None = None, existing: str | None = None) -> DataPreview:
         findings = list(extra or []) + (list(inspection.findings) if inspection is not None else [])
         if inspection is None:
             return DataPreview(findings_markdown(findings, locale), "", [], [], False, None, (), "")
@@ -189,6 +234,8 @@ class DataDesk:
             mapping=inspection.mapping,
             columns=inspection.columns,
             suggested_name=suggest_name(shown_name, self.names()),
+            existing=existing,
+            notice=t("datatab.already_added", locale, name=code_span(existing, NAME_MAX + 2)) if existing else "",
         )
 
     # --- what the trainer will see ---------------------------------------------------------
