@@ -429,6 +429,9 @@ def test_a_reader_that_dies_or_hangs_is_a_finding_and_leaves_no_process(tmp_path
     path = tmp_path / "ok.jsonl"
     path.write_text('{"instruction": "q", "output": "a"}\n', encoding="utf-8")
     desk = DataDesk(tmp_path / "runs", [tmp_path], UPLOAD_LIMIT)
+    # In a whole session this process has children of its own already (the browser of the
+    # browser tests, a Slurm cluster): only the reader's forks must be gone.
+    before = {child.pid for child in psutil.Process().children()}
     monkeypatch.setattr(reading, "inspect_dataset", lambda *a, **k: os.kill(os.getpid(), signal.SIGSEGV))
     died = desk.read_path(str(path))
     assert not died.usable and "SIGSEGV" in died.findings and "ok.jsonl" in died.findings.replace("\\", "")
@@ -439,4 +442,4 @@ def test_a_reader_that_dies_or_hangs_is_a_finding_and_leaves_no_process(tmp_path
     assert time.monotonic() - started < 5
     assert hung.name is None and "longer than 0.5 s" in hung.message.replace("\\", "")
     assert desk.names() == []
-    assert psutil.Process().children() == []
+    assert [child for child in psutil.Process().children() if child.pid not in before] == []
