@@ -215,6 +215,14 @@ def test_worker_counts_beyond_the_machines_cores_are_refused(board, name, value)
     assert str(machine_cores()) in next(f.fix for f in found if f.rule == "other-key-workers")
 
 
+def test_worker_counts_above_the_cores_but_within_any_machine_are_a_warning(board) -> None:
+    """LLaMA-Factory's own examples ask for 16 workers on any machine: slower here, not wrong."""
+    cores = machine_cores()
+    found = board.preview({**demo_form(), "other_keys": f"preprocessing_num_workers: {cores + 1}\n"}, ask_llamafactory=False).findings
+    assert "other-key-workers" not in refusals(found)
+    assert [f.message for f in found if f.rule == "other-key-workers"] == ["other-key-workers-more-than-cores"]
+
+
 def test_worker_counts_within_the_machines_cores_are_accepted(board) -> None:
     cores = machine_cores()
     found = board.preview({**demo_form(), "other_keys": f"preprocessing_num_workers: {cores}\ndataloader_num_workers: 0\n"}, ask_llamafactory=False).findings

@@ -106,12 +106,19 @@ def machine_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# Beyond this no machine has the cores: a problem anywhere. Between the cores and this, only
+# slower (LLaMA-Factory's own examples ask for 16 on any machine): a warning.
+WORKERS_MAX = 256
+
+
 def _bound_check(name: str, value: Any, key: str) -> Finding | None:
     """A typed value beyond what the machine can hold."""
     if name in WORKER_KEYS and isinstance(value, int) and not isinstance(value, bool):
         cores = machine_cores()
-        if value < 0 or value > cores:
+        if value < 0 or value > max(cores, WORKERS_MAX):
             return Finding.of(key, "other-key-workers", name=name, value=value, cores=cores)
+        if value > cores:
+            return Finding.of(key, "other-key-workers", message="other-key-workers-more-than-cores", severity="warning", name=name, value=value, cores=cores)
     return None
 
 
