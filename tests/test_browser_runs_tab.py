@@ -387,6 +387,9 @@ def test_delete_asks_for_one_run_or_for_several_and_can_be_cancelled(app_server,
     context, page = open_page(chromium, app_server, browser_locale, width=1200)
     try:
         open_runs_tab(page, locale)
+        # The runs were made behind the app's back: Refresh reads them, as a person would press it.
+        page.locator("#runs-refresh").click()
+        wait_until_idle(page)
         wait_for_text(page, "#runs-table", doomed[-1])
 
         # One run: said of one run, and Cancel leaves it.
@@ -458,6 +461,8 @@ def test_around_a_resume_the_step_tokens_per_second_and_memory_agree_with_the_ch
         wait_until_idle(page)
         before = {s["id"] for s in app_server.runs()}
         page.evaluate(RECORD_JS)
+        # Start acts once the live checks have passed (on a loaded machine they take a while).
+        page.wait_for_function("() => !document.querySelector('#start').disabled", timeout=RUN_TIMEOUT_S * 1000)
         page.locator("#start").click()
         run_id = wait_until(lambda: next((s["id"] for s in app_server.runs() if s["id"] not in before), None), 180, what="the run to appear")
 
