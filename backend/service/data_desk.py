@@ -86,14 +86,7 @@ class MappingForm:
 def fresh_run_name(dataset: str, taken: Sequence[str]) -> str:
     """A new run's name from the dataset it trains on: the dataset's name (a registry name is
     a valid run name), made unique among the runs' names with -2, -3, …"""
-    base = dataset[:NAME_MAX] or "run"
-    name, n = base, 1
-    taken_set = set(taken)
-    while name in taken_set:
-        n += 1
-        suffix = f"-{n}"
-        name = base[: NAME_MAX - len(suffix)] + suffix
-    return name
+    return _unique(dataset[:NAME_MAX] or "run", taken)
 
 
 # What "Train on it" keeps of the form it finds: the hardware preset, and the model and
@@ -114,6 +107,11 @@ def suggest_name(original_name: str, taken: Sequence[str]) -> str:
             break
     # A name starts with a letter or digit: whatever comes before the first one goes.
     base = re.sub(r"^[^A-Za-z0-9]+", "", _NAME_CHARS.sub("-", stem)).rstrip("-.")[:NAME_MAX] or "dataset"
+    return _unique(base, taken)
+
+
+def _unique(base: str, taken: Sequence[str]) -> str:
+    """`base`, or `base-2`, `base-3`, … (cut to NAME_MAX), whichever is not in `taken`."""
     name, n = base, 1
     taken_set = set(taken)
     while name in taken_set:
