@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.export import gguf_convert
+from backend.export import gguf_convert, merge
 from backend.i18n import translate
+from backend.runs import RunStore
 from tests.harness import AppServer, copy_run
 from tests.test_browser_app import UI_TIMEOUT_MS, fill, shoot, text_of, wait_for_text
 
@@ -61,6 +62,7 @@ def app_server(demo_assets, trained_demo_run, tmp_path_factory, export_root):
     copy_run(source_runs, run_id, workdir / "runs")
     server = AppServer("--export-root", str(export_root), workdir=workdir).start()
     server.run_id = run_id
+    server.runs_dir = workdir / "runs"
     try:
         yield server
     finally:
@@ -99,8 +101,13 @@ def test_export_tab_writes_the_merged_model_and_offers_it(app_server, page_of, e
         page.locator("#export-gguf").get_by_text(translate("export.gguf_f16", "en"), exact=True).click()
     else:
         assert translate("export.gguf_missing", "en")[:40] in text_of(page, "#export-gguf-missing")
-    plan = wait_for_text(page, "#export-plan", "Size needed")
-    [planned] = re.findall(r"Size needed: about ([\d.]+ [KMG]?i?B)", plan)
+    # The plan line follows the GGUF choice: wait for the figure this very request plans (read
+    # too early, it is still the figure without GGUF).
+    request = merge.ExportRequest(run_id=app_server.run_id, target=str(target), gguf="f16" if has_converter else "none")
+    expected_plan, problems = merge.plan_export(RunStore(app_server.runs_dir), request, [export_root])
+    assert expected_plan is not None, problems
+    planned = merge.size_text(expected_plan.needed_disk)
+    wait_for_text(page, "#export-plan", f"Size needed: about {planned} ")
     page.evaluate(RECORD_STATUS_JS)
     status = export_and_wait(page)
     seen = page.evaluate(STOP_RECORDING_JS)
