@@ -12,7 +12,7 @@ flat however long the run; given a list of points, it computes the same view fro
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from backend.i18n import translate
 from backend.runs.logs import DISPLAY_POINTS, SMOOTHING, Entry, MetricPoint, MetricSeries, drawn_curves, ema
@@ -80,7 +80,7 @@ _EXTRA_TRACES: tuple[tuple[str, str, str], ...] = (
 MEMORY_NAMES = {"used": translate("chart.used"), "total": translate("chart.total"), "seconds": translate("chart.seconds"), "gib": translate("chart.gib")}
 
 
-def loss_curves(points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]]", max_points: int = MAX_DISPLAY_POINTS) -> dict[str, list[Entry]]:
+def loss_curves(points: Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]], max_points: int = MAX_DISPLAY_POINTS) -> dict[str, list[Entry]]:
     """Each curve's drawn entries (index, step, value, smoothed): kept up to date by a
     MetricSeries (O(drawn points)), a MetricSeries.chart() copy as is, or computed from a
     list of points (O(points))."""
@@ -104,7 +104,7 @@ def attempt_marks(marks: Sequence[tuple[float, str]]) -> dict[str, list[dict]]:
 
 
 def loss_figure(
-    points: "Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]]",
+    points: Sequence[MetricPoint] | MetricSeries | dict[str, list[Entry]],
     title: str = translate("chart.loss"),
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,
@@ -229,7 +229,7 @@ def _with_gaps(x: list[float], y: list[float | None], breaks: Sequence[float]) -
 
 
 def memory_figure(
-    series: Sequence["MemorySeries"],
+    series: Sequence[MemorySeries],
     title: str,
     max_points: int = MAX_DISPLAY_POINTS,
     names: dict[str, str] | None = None,

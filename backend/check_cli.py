@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from backend.findings import Finding, has_problems
-from backend.llama_factory.check import check_many_with_llamafactory, merge_findings
 from backend.config.presets import PRESETS_DIR, load_presets
 from backend.config.yaml_import import fix_yaml_text, import_yaml
+from backend.findings import Finding, has_problems
+from backend.llama_factory.check import check_many_with_llamafactory, merge_findings
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

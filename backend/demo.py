@@ -24,9 +24,9 @@ import random
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 # Bump whenever anything the builder writes changes: an existing demo with another stamp is rebuilt.
 # The stamp also carries a hash of this file, so an edit someone forgot to version still rebuilds.

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 EVIDENCE_MAX_CHARS = 300
 TAIL_LINES = 15
@@ -281,7 +282,7 @@ class Alert(str):
     message: str
     params: dict[str, Any]
 
-    def __new__(cls, message: str, **params: Any) -> "Alert":
+    def __new__(cls, message: str, **params: Any) -> Alert:
         from backend.i18n import render_message
 
         alert = super().__new__(cls, render_message(f"alert.{message}", params, "en"))

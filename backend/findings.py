@@ -43,7 +43,7 @@ class Finding:
         patch: dict[str, Any] | None = None,
         quote: str = "",
         **params: Any,
-    ) -> "Finding":
+    ) -> Finding:
         """A finding whose words are the catalogue's `check.<message or rule>.problem` / `.fix`,
         filled with `params` (and `{key}` with the finding's key); `problem` and `fix` hold the
         English rendering (command line)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.charts import MemorySeries
-from backend.runs.logs import AttemptMark, Entry, MetricPoint
 from backend.runs import RunState
+from backend.runs.logs import AttemptMark, Entry, MetricPoint
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from backend.config.schema import STRATEGIES
 from backend.diagnose import Alert
 from backend.findings import Finding
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
 from backend.i18n import translate as t
-from backend.config.schema import STRATEGIES
 from backend.snapshot import RunSnapshot
 
 if TYPE_CHECKING:

@@ -27,9 +27,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import psutil
 
@@ -187,7 +188,7 @@ class CpuMeter:
                 return
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "CpuMeter":
+    def __enter__(self) -> CpuMeter:
         self.wall_start = time.monotonic()
         self.cpu_start = cpu_seconds([self.process])
         self.browser_start = {p.pid: cpu_seconds([p]) for p in chromium_processes()} if self.with_browser else {}
@@ -352,8 +353,8 @@ def logged_steps(output_dir: Path) -> int | None:
 def run_cli_trainer(demo: DemoConfig, run_dir: Path) -> TrainerResult:
     """`llamafactory-cli train config.yaml` alone: the command, cwd and environment
     RocBoard's launcher uses, with nothing watching."""
-    from backend.runs.launcher import trainer_command, trainer_env
     from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR
+    from backend.runs.launcher import trainer_command, trainer_env
 
     run_dir.mkdir(parents=True)
     output_dir = run_dir / OUTPUT_DIR
@@ -424,7 +425,7 @@ class OutputWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="output-watcher")
 
-    def start(self) -> "OutputWatcher":
+    def start(self) -> OutputWatcher:
         self._thread.start()
         return self
 
@@ -493,7 +494,7 @@ class TimedAppServer(AppServer):
     serving_after_s: float | None = None
     announced_after_s: float | None = None  # it printed its URL: page built, launch begins
 
-    def start(self) -> "TimedAppServer":
+    def start(self) -> TimedAppServer:
         spawned = time.monotonic()
         self.spawn()
 
@@ -575,7 +576,7 @@ class LlamaBoardServer(ServerProcess):
         self.serving_after_s: float | None = None
         self.log_path = workdir / "webui.log"
 
-    def start(self) -> "LlamaBoardServer":
+    def start(self) -> LlamaBoardServer:
         from backend.runs.launcher import llamafactory_cli
 
         cli = llamafactory_cli()

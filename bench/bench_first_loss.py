@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
-    ready_for_a_new_run,
     PHASE_LABELS,
     TRAINER_TIMEOUT_S,
     WATCH_INTERVAL_S,
@@ -48,6 +47,7 @@ from bench import (
     newest_run,
     phase_durations,
     process_started_at,
+    ready_for_a_new_run,
     rocboard_server,
     show,
     spread,

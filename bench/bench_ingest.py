@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench import Workspace, bench_arguments, conditions, conditions_line, goal_row, show, spread, trainer_log_line
 

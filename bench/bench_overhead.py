@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
-    ready_for_a_new_run,
     LOSS_CHART_POINTS_JS,
     TRAINER_TIMEOUT_S,
     CpuMeter,
@@ -39,6 +38,7 @@ from bench import (
     load_average,
     logged_steps,
     process_started_at,
+    ready_for_a_new_run,
     rocboard_server,
     run_cli_trainer,
     show,

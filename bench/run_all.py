@@ -16,7 +16,7 @@ import json
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write every raw result to this JSON file")
     args = parser.parse_args(argv)
 
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     started = time.monotonic()
     before = conditions()
     outcomes = []

@@ -38,8 +38,8 @@ def trained_demo_run(demo_assets, tmp_path_factory):
 @pytest.fixture
 def launcher(tmp_path):
     """A Launcher over a fresh runs dir; whatever it left running is stopped afterwards."""
-    from backend.runs.launcher import Launcher
     from backend.runs import RunStore
+    from backend.runs.launcher import Launcher
 
     launcher = Launcher(RunStore(tmp_path / "runs"))
     yield launcher
@@ -104,7 +104,7 @@ _LINGER_S = 10.0  # a cold check worker whose app was just stopped ends by itsel
 _left_behind: list[str] = []
 
 
-def _ours_started_since(since: float) -> list["psutil.Process"]:
+def _ours_started_since(since: float) -> list[psutil.Process]:
     import psutil
 
     # This session's: a descendant of this pytest, or an orphan (a trainer whose app a test

@@ -217,7 +217,7 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -280,7 +280,7 @@ class AppServer(ServerProcess):
                 self.command(), cwd=ROOT, env=self.environment(), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
             )
 
-    def start(self) -> "AppServer":
+    def start(self) -> AppServer:
         self.spawn()
         wait_until(self.answers, SERVER_START_TIMEOUT_S, interval=0.5, what=f"the app on port {self.port} to answer")
         return self
@@ -328,7 +328,7 @@ class AppServer(ServerProcess):
 
 
 @contextmanager
-def chromium_browser() -> Iterator["Browser"]:
+def chromium_browser() -> Iterator[Browser]:
     """Headless Debian Chromium driven by Playwright."""
     from playwright.sync_api import sync_playwright
 

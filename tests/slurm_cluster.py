@@ -188,7 +188,7 @@ class SlurmCluster:
             )
             os.chmod(dbd, 0o600)
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         why = unavailable()
         if why:
             raise RuntimeError(why)

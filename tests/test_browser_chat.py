@@ -14,8 +14,8 @@ import pytest
 from backend.chat.server import WORKER_MARK
 from backend.i18n import translate
 from tests.harness import AppServer, copy_run, wait_until
-from tests.test_browser_zh import english_in, english_words, stray_english, visible_text
 from tests.test_browser_app import RUN_TIMEOUT_S, UI_TIMEOUT_MS, fill, run_ids, shoot, text_of, wait_for_new_run, wait_for_text, wait_until_idle
+from tests.test_browser_zh import english_in, english_words, stray_english, visible_text
 
 pytestmark = pytest.mark.browser
 

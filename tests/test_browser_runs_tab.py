@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from backend.i18n import translate
-from backend.runs.logs import TRAINER_LOG
 from backend.runs import OUTPUT_DIR
+from backend.runs.logs import TRAINER_LOG
 from tests.harness import AppServer, wait_until
 from tests.test_browser_first_hour import LOCALES, fill, folded, plain, wait_for_text, wait_until_idle
 

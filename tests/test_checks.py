@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from backend.config.checks import check_config, check_output_dir, known_templates
 from backend.config import FORM_DEFAULTS, parse_form
+from backend.config.checks import check_config, check_output_dir, known_templates
+from backend.config.presets import load_presets
 from backend.findings import Finding
 from backend.llama_factory.check import static_names
-from backend.config.presets import load_presets
 
 PRESETS, _ = load_presets()
 TINY_LLAMA = {

@@ -28,14 +28,6 @@ import psutil
 import pytest
 import yaml
 
-from backend.security import child_env as rules
-from backend.security.child_env import (
-    child_env,
-    env_refusal,
-    inherited_env,
-    is_secret_name,
-    refusal,
-)
 from backend.config.distributed import (
     DistributedPlan,
     check_plan,
@@ -47,11 +39,19 @@ from backend.config.distributed import (
     plan_to_form,
     slurm_launch_env,
 )
-from backend.i18n import translate_finding
-from backend.runs.launcher import OFFLINE_ENV, trainer_env
 from backend.config.presets import PRESETS_DIR, load_presets
+from backend.i18n import translate_finding
 from backend.runs import LOG_FILE, RunStore
+from backend.runs.launcher import OFFLINE_ENV, trainer_env
 from backend.runs.queue import launch_file
+from backend.security import child_env as rules
+from backend.security.child_env import (
+    child_env,
+    env_refusal,
+    inherited_env,
+    is_secret_name,
+    refusal,
+)
 from tests.harness import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

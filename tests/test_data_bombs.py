@@ -389,7 +389,6 @@ def test_a_csv_field_cut_into_lines_inside_its_quotes_meets_the_memory_cap(tmp_p
         handle.write(b'instruction,output\n"')
         handle.write(b"ab\n" * (32 * MIB))
         handle.write(b'",x\n')
-    import pandas
 
     before = _rss()
     shown = DataDesk(tmp_path / "runs", [tmp_path], UPLOAD_LIMIT).read_upload(str(path))

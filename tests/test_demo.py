@@ -15,7 +15,6 @@ import pytest
 from backend import demo
 from backend.demo import DemoPaths, build_demo, demo_paths
 
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 

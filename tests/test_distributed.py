@@ -49,9 +49,9 @@ from backend.config.distributed import (
     torchrun_dir,
     write_deepspeed_json,
 )
-from backend.runs.logs import TRAINER_LOG, JsonlTail, parse_metric
 from backend.config.presets import load_presets
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
+from backend.runs.logs import TRAINER_LOG, JsonlTail, parse_metric
 from tests.harness import wait_for
 
 LF_LAUNCHER = Path(importlib.util.find_spec("llamafactory").origin).parent / "launcher.py"

@@ -20,9 +20,9 @@ import psutil
 import pytest
 import yaml
 
+from backend.runs import LOG_FILE, OUTPUT_DIR, RunNotFound
 from backend.runs.logs import TRAINER_LOG, parse_metric
 from backend.runs.resume import ATTEMPTS_DIR, checkpoint_info, latest_checkpoint
-from backend.runs import LOG_FILE, OUTPUT_DIR, RunNotFound
 from tests.harness import (
     AppServer,
     chromium_available,

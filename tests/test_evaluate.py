@@ -27,10 +27,10 @@ from backend.evaluate import (
     parse_scores,
 )
 from backend.evaluate.plan import VALIDATION_SPLIT, HeldOut, bounded_int, predict_args
+from backend.i18n import translate
 from backend.runs import OUTPUT_DIR, RunState
 from backend.runs.history import HISTORY_HEADERS, summaries_sort_values, summaries_table, summarize_runs
 from backend.service import RocBoard
-from backend.i18n import translate
 from tests.harness import copy_run, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures" / "evaluate"

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from backend.export import gguf_convert
-from backend.export.merge import ExportRequest, leftover_staging, plan_export, size_text, parse_safetensors_header, read_model_size, read_safetensors_header
+from backend.export.merge import ExportRequest, leftover_staging, parse_safetensors_header, plan_export, read_model_size, read_safetensors_header, size_text
 from backend.runs import RunStore
 from backend.service.export_desk import ExportDesk
 from tests.harness import copy_run, wait_until

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from backend.config import schema
+from backend.findings import Finding
 from backend.runs import FORM_FILE
 from backend.service import RocBoard, demo_form
 from backend.service.pipeline import LlamaFactoryCheckCache
-from backend.findings import Finding
 from tests.test_resume import make_run
 
 

@@ -19,14 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import artifacts
-
-from backend.runs import history
-
-from backend.runs import safe_files
+from backend.runs import RunNotFound, RunStore, artifacts, history, safe_files
 from backend.runs.artifacts import NoAdapter, build_adapter_zip, has_adapter
 from backend.runs.logs import MAX_LINE_BYTES, JsonlTail, MetricPoint, MetricSeries, TextTail
-from backend.runs import RunNotFound, RunStore
 
 SECRET = "SECRET-OUTSIDE-4f7a"
 ROOT = Path(__file__).resolve().parent.parent

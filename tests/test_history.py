@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from backend.runs import history
+from backend.runs import OUTPUT_DIR, RunStore, history
 from backend.runs.history import (
     HISTORY_HEADERS,
     format_duration,
@@ -20,7 +20,6 @@ from backend.runs.history import (
     summarize_runs,
 )
 from backend.runs.logs import TRAINER_LOG
-from backend.runs import OUTPUT_DIR, RunStore
 
 
 def log_text(steps, total, loss=lambda s: 5.0 - s / 100, final=True) -> str:

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import psutil
 
-from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs import RunStore
+from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.view import stop_reason_text
 from tests.harness import wait_for
 

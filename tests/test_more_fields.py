@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from backend.config import parse_form, to_form, to_llamafactory_args
-from backend.config import schema
+from backend.config import parse_form, schema, to_form, to_llamafactory_args
 from backend.config.yaml_import import import_yaml
 
 NEW_FIELDS = ("lr_scheduler_type", "warmup_ratio", "warmup_steps", "optim", "seed", "max_samples")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.config.checks import check_config
 from backend.config import FORM_DEFAULTS, FORM_FIELDS, parse_form
+from backend.config.checks import check_config
 from backend.config.export import ENV_NAME, export_shell
 from backend.config.presets import PRESETS_DIR, load_presets
 from tests.test_checks import make_dataset_dir, make_model_dir

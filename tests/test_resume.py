@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
 from backend.runs.logs import TRAINER_LOG, JsonlTail, MetricSeries, parse_attempt, parse_curve_records
 from backend.runs.resume import (
     ATTEMPTS_DIR,
@@ -21,7 +22,6 @@ from backend.runs.resume import (
     prepare_resume,
     resume_plan,
 )
-from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
 
 TOTAL = 30
 

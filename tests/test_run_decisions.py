@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from backend.runs import launcher as launcher_module
 from backend.runs import ADAPTER_ZIP, RunNotFound
+from backend.runs import launcher as launcher_module
 from backend.service import LlamaFactoryCheckCache, RocBoard, demo_form
 from tests.harness import wait_until
 

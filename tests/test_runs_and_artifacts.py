@@ -3,8 +3,8 @@ import zipfile
 
 import pytest
 
-from backend.runs.artifacts import NoAdapter, build_adapter_zip
 from backend.runs import RunNotFound, RunStore
+from backend.runs.artifacts import NoAdapter, build_adapter_zip
 
 
 def test_create_is_whole_or_nothing(tmp_path, monkeypatch):

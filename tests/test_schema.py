@@ -9,8 +9,7 @@ import gradio as gr
 import pytest
 import yaml
 
-from backend.config import schema
-from backend.config import parse_form, to_form, to_llamafactory_args
+from backend.config import parse_form, schema, to_form, to_llamafactory_args
 from backend.config.distributed import form_from_saved, parse_plan_form, saved_form
 from backend.config.schema import Field, NumberRange
 from backend.config.yaml_import import import_yaml

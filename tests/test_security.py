@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.runs.artifacts import build_adapter_zip, has_adapter
 from backend.runs import RunNotFound, RunState
-from backend.security import Credentials, AuthError, bind_refusal, resolve_credentials
+from backend.runs.artifacts import build_adapter_zip, has_adapter
+from backend.security import AuthError, Credentials, bind_refusal, resolve_credentials
 from tests.harness import ROOT, AppServer, free_port, http_get, kill_tree, trainer_process, wait_until
 
 USER = "rocboard-tester"
@@ -522,8 +522,8 @@ def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_
 
 @pytest.mark.hostile
 def test_model_code_from_the_model_folder_is_never_trusted(tmp_path: Path, demo_assets) -> None:
-    from backend.service import RocBoard, demo_form
     from backend.config.yaml_import import import_yaml
+    from backend.service import RocBoard, demo_form
 
     board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
     assert yaml.safe_load(board.preview(demo_form()).yaml_text)["trust_remote_code"] is False

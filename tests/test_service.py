@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
+from backend.config import FORM_FIELDS
 from backend.service import RocBoard, demo_form
 from backend.view import field_messages, findings_markdown
-from backend.config import FORM_FIELDS
 
 BAD_FORMS = [
     ("learning-rate-text", {"learning_rate": "abc"}, "learning_rate"),

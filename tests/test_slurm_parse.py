@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from backend.i18n import CATALOGUE
 from backend.slurm import parse
 from backend.slurm.parse import JobInfo
 from backend.slurm.states import reason_key, update_for, update_when_forgotten
-from backend.i18n import CATALOGUE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"
 

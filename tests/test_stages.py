@@ -18,8 +18,7 @@ import yaml
 
 from backend import demo, view
 from backend.charts import loss_figure
-from backend.config import parse_form, to_form, to_yaml
-from backend.config import schema
+from backend.config import parse_form, schema, to_form, to_yaml
 from backend.config.checks import check_config
 from backend.config.presets import demo_form
 from backend.config.yaml_import import import_yaml

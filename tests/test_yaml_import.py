@@ -19,13 +19,6 @@ import yaml
 
 from backend.config import FORM_DEFAULTS, parse_form, to_form
 from backend.config.export import export_shell, export_yaml
-from backend.findings import Finding, has_problems
-from backend.llama_factory.check import (
-    NAMES_FILE,
-    WORKER,
-    check_many_with_llamafactory,
-    findings_from_result,
-)
 from backend.config.presets import load_presets
 from backend.config.yaml_import import (
     apply_fixes,
@@ -33,6 +26,13 @@ from backend.config.yaml_import import (
     form_values_from_args,
     import_yaml,
     load_yaml_text,
+)
+from backend.findings import Finding, has_problems
+from backend.llama_factory.check import (
+    NAMES_FILE,
+    WORKER,
+    check_many_with_llamafactory,
+    findings_from_result,
 )
 from tests.test_checks import make_dataset_dir, make_model_dir
 

@@ -9,9 +9,9 @@ from backend.i18n import pick_locale
 from backend.service import RocBoard
 from ui.chat_tab import CHAT_CSS, build_chat_tab
 from ui.data_tab import DATA_CSS, build_data_tab
+from ui.doctor_tab import DOCTOR_CSS, build_doctor_tab
 from ui.evaluate_tab import EVALUATE_CSS, build_evaluate_tab
 from ui.export_tab import EXPORT_CSS, build_export_tab
-from ui.doctor_tab import DOCTOR_CSS, build_doctor_tab
 from ui.gradio_locale import follow_page_language
 from ui.import_tab import build_import_tab
 from ui.live import live_script

@@ -27,10 +27,11 @@ import sys
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, MutableSet
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, MutableSet
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 Scope = dict[str, Any]

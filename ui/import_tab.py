@@ -8,10 +8,10 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from ui.train_tab import ALL_FIELDS, TrainTab, start_intent
 from backend.i18n import translate
 from backend.service import RocBoard
 from backend.service.live import digest
+from ui.train_tab import ALL_FIELDS, TrainTab, start_intent
 from ui.widgets import Texts
 
 MAX_UPLOAD_BYTES = 256_000

@@ -28,9 +28,10 @@ import html
 import json
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import unquote
 
 from backend.i18n import LOCALES, pick_locale

@@ -14,7 +14,6 @@ from backend.service import RocBoard
 from ui.train_tab import TrainTab
 from ui.widgets import Texts, plot
 
-
 # A state, a loss or the scores never wrap ("finishe d", "已完成（第"); every other cell may, but
 # only where a line may break (at a space, after a hyphen: "20261201-191907-" / "demo"),
 # never inside a word; headers too ("Best eval" / "loss"), rather than being cut. Cells and

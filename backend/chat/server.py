@@ -15,9 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from backend.chat.stream import MAX_EVENT_LINE_BYTES, parse_load_failure, parse_load_stage, parse_sse_line
 from backend.runs import safe_files
@@ -44,7 +44,7 @@ class GenerationSettings:
     MAX_TEMPERATURE = 2.0
     MAX_NEW_TOKENS = 4096
 
-    def bounded(self) -> "GenerationSettings":
+    def bounded(self) -> GenerationSettings:
         def number(value: object, low: float, high: float, default: float) -> float:
             try:
                 v = float(value)  # type: ignore[arg-type]
@@ -121,7 +121,7 @@ class ChatServer:
     ready_after_s: float | None = None
 
     @classmethod
-    def start(cls, which: str, spec: ServerSpec, run_dir: Path, log_relative: str, env_base: dict[str, str] | None = None) -> "ChatServer":
+    def start(cls, which: str, spec: ServerSpec, run_dir: Path, log_relative: str, env_base: dict[str, str] | None = None) -> ChatServer:
         server = cls(which, spec, run_dir, log_relative, port=free_port(), key=secrets.token_urlsafe(24))
         log_fd = safe_files.open_in_run(run_dir, log_relative, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 DONE = "[DONE]"
 # One SSE line the server writes is one JSON chunk of a few hundred bytes; a longer line is

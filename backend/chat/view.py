@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from backend.service.chat_desk import ChatDesk, ChatStatus
 
 
-def run_choices(runs: "list[RunState]") -> list[tuple[str, str]]:
+def run_choices(runs: list[RunState]) -> list[tuple[str, str]]:
     return [(f"{run.name} · {run.id}" if run.name and run.name not in run.id else run.id, run.id) for run in runs]
 
 
@@ -23,12 +23,12 @@ def checkpoint_choices(checkpoints: list[str], locale: str = "en") -> list[tuple
     return [(t("chat.final_adapter", locale), ""), *((name, name) for name in checkpoints)]
 
 
-def _what(status: "ChatStatus", locale: str) -> str:
+def _what(status: ChatStatus, locale: str) -> str:
     checkpoint = status.checkpoint or t("chat.final_adapter", locale)
     return t(f"chat.what.{status.mode}", locale, checkpoint=checkpoint)
 
 
-def status_markdown(status: "ChatStatus", locale: str = "en") -> str:
+def status_markdown(status: ChatStatus, locale: str = "en") -> str:
     """The status line (and the findings, when refused or failed)."""
     if status.state == "loading":
         stages = ", ".join(f"{t(f'chat.which.{which}', locale)} · {t(f'chat.stage.{stage}', locale)}" for which, stage in status.stages.items())
@@ -68,7 +68,7 @@ def history_for_model(history: list[dict[str, Any]] | None) -> list[dict[str, An
     return out
 
 
-def memory_chart(desk: "ChatDesk", locale: str = "en") -> dict:
+def memory_chart(desk: ChatDesk, locale: str = "en") -> dict:
     """The chat server's memory, drawn by the run panel's chart code."""
     series = desk.memory_series()
     for one in series:

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 
 from backend.config import schema
-from backend.findings import Finding
 from backend.config.schema import (
     DATASETS_MAX,
     QUANTIZATION_BITS,
     NumberRange,
 )
+from backend.findings import Finding
 
 Precision = Literal["bf16", "fp16", "fp32"]
 FlashAttn = Literal["auto", "sdpa", "disabled", "fa2"]

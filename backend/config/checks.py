@@ -24,13 +24,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.runs.artifacts import TOKENIZER_FILES
 from backend.config import NUMBER_RANGES, RunConfig, field_noun, range_finding, schema, shown
+from backend.config.estimate import GIB, estimate_memory, read_model_config
 from backend.config.path_keys import ReadPlaces, path_value_refusal
 from backend.config.paths import default_data_roots
-from backend.config.estimate import GIB, estimate_memory, read_model_config
-from backend.findings import Finding
 from backend.config.presets import HardwarePreset
+from backend.findings import Finding
+from backend.runs.artifacts import TOKENIZER_FILES
 
 Rule = Callable[["_Context"], list[Finding]]
 
@@ -39,6 +39,7 @@ Rule = Callable[["_Context"], list[Finding]]
 # the import and the multi-GPU plan); these are the rules' own thresholds.
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
 from backend.config.paths import NAME_MAX_BYTES, PATH_MAX_BYTES, path_problem  # noqa: F401 (re-exported)
+
 DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
 RUN_NAME_MAX_CHARS = 64
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).

@@ -27,17 +27,17 @@ import re
 import shlex
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from backend.config import schema
-from backend.security.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
-from backend.security.child_env import ENV_NAME as _ENV_NAME  # the one shell-name rule
-from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, too_many_finding
-from backend.findings import Finding
+from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, schema, shown, too_many_finding
 from backend.config.presets import HardwarePreset
 from backend.config.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES, STRATEGY_LABELS
+from backend.findings import Finding
+from backend.security.child_env import ENV_NAME as _ENV_NAME  # the one shell-name rule
+from backend.security.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
 
 Strategy = Literal["ddp", "zero2", "zero3"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from backend.i18n import Joined, Message
 from backend.config import RunConfig
 from backend.config.presets import HardwarePreset
+from backend.i18n import Joined, Message
 
 GIB = 1024**3  # GPU memory is sold in binary units: a "24 GB" card holds 24 GiB
 

@@ -11,9 +11,9 @@ import re
 import shlex
 from pathlib import Path
 
-from backend.security.child_env import ENV_NAME  # the one shell-name rule
 from backend.config import RunConfig, to_yaml
 from backend.config.presets import HardwarePreset
+from backend.security.child_env import ENV_NAME  # the one shell-name rule
 
 
 def export_yaml(config: RunConfig, output_dir: str) -> str:

@@ -204,12 +204,12 @@ def read_deepspeed_file(value: Any, places: ReadPlaces, key: str = "other_keys")
     return DeepSpeedFile(raw, text, int(stage), devices[0], devices[1]), []
 
 
-def deepspeed_of(config: "RunConfig") -> Any:
+def deepspeed_of(config: RunConfig) -> Any:
     """The `deepspeed:` value of a config's Other keys; None when it has none."""
     return dict(config.value("other_keys") or ()).get("deepspeed")
 
 
-def deepspeed_findings(config: "RunConfig", plan: "DistributedPlan | None", use_cpu: bool, places: ReadPlaces, key: str = "other_keys") -> list[Finding]:
+def deepspeed_findings(config: RunConfig, plan: DistributedPlan | None, use_cpu: bool, places: ReadPlaces, key: str = "other_keys") -> list[Finding]:
     """The file checked, and never two DeepSpeed configs for one run: the multi-GPU plan's
     ZeRO choice and a file in Other keys would silently disagree (which one wins depends on
     the order keys are written), so both at once is a problem."""

@@ -112,7 +112,7 @@ class ReadPlaces:
     roots: tuple[Path, ...]
 
     @classmethod
-    def of(cls, roots: Sequence[Path | str], model_dir: Path | str | None = None) -> "ReadPlaces":
+    def of(cls, roots: Sequence[Path | str], model_dir: Path | str | None = None) -> ReadPlaces:
         found: list[Path] = []
         for root in [*roots, *([model_dir] if model_dir else [])]:
             try:

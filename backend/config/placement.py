@@ -15,11 +15,11 @@ cluster has, before anything is created. Nothing here runs a command.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
-from backend.config import field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, shown, NotANumber, NumberTooLarge
-from backend.config import schema
+from backend.config import NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, schema, shown
 from backend.config.schema import SBATCH_EXTRA_MAX_LINES
 from backend.findings import Finding
 from backend.slurm.parse import parse_memory_mb, parse_time_limit
@@ -386,7 +386,7 @@ def placement_to_form(placement: Placement) -> dict[str, Any]:
     return values
 
 
-def plan_on_slurm(plan: "DistributedPlan", placement: SlurmPlacement) -> "DistributedPlan | None":
+def plan_on_slurm(plan: DistributedPlan, placement: SlurmPlacement) -> DistributedPlan | None:
     """The plan a Slurm run runs: the form's strategy, offload, timeout and RCCL settings, on
     the nodes Slurm gives it, one worker per GPU asked for (CPU workers: the form's count).
     None for one process on one node (no torchrun, as locally)."""

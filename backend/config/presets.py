@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from backend.security.child_env import ENV_NAME, refused_settings  # the one shell-name rule
 from backend.config.schema import FLASH_ATTN_CHOICES, PRECISIONS, form_defaults
+from backend.security.child_env import ENV_NAME, refused_settings  # the one shell-name rule
 
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 DEFAULT_PRESET_ID = "cpu-demo"
@@ -29,7 +29,7 @@ class PresetName(str):
 
     zh: str
 
-    def __new__(cls, english: str, zh: str = "") -> "PresetName":
+    def __new__(cls, english: str, zh: str = "") -> PresetName:
         name = super().__new__(cls, english)
         name.zh = zh or english
         return name

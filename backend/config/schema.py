@@ -25,8 +25,9 @@ the page all import it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 # How config.py parses a field's raw value (and which finding a bad one gets).
 # "optional_int": a whole number, or empty for None (max_samples: empty = every sample).

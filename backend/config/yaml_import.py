@@ -22,11 +22,8 @@ from typing import Any
 
 import yaml
 
-from backend.config import schema
+from backend.config import parse_form, schema
 from backend.config.checks import check_config, read_places
-from backend.config import parse_form
-from backend.findings import Finding
-from backend.llama_factory.check import did_you_mean, static_names
 from backend.config.presets import HardwarePreset
 from backend.config.yaml_reader import (  # noqa: F401 (the import's reader, re-exported)
     FILE_KEY,
@@ -35,6 +32,8 @@ from backend.config.yaml_reader import (  # noqa: F401 (the import's reader, re-
     _LlamaFactoryLoader,
     load_yaml_text,
 )
+from backend.findings import Finding
+from backend.llama_factory.check import did_you_mean, static_names
 
 # Unknown keys examined one by one (a "did you mean" each costs ~1 ms); the rest are
 # reported together, so a file of thousands of misspelled keys costs no more than 50.

@@ -21,9 +21,10 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from backend.findings import Finding
 from backend.i18n import Message

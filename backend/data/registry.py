@@ -26,12 +26,12 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from backend.config.paths import path_problem
 from backend.data.dataset_file import ColumnMapping, Inspection, dataset_info_entry
@@ -455,7 +455,7 @@ def _meta(source: str, original_name: str, inspection: Inspection) -> dict[str, 
         "original_name": original_name,
         "rows": inspection.rows,
         "layout": inspection.mapping.layout if inspection.mapping else None,
-        "added": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "added": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

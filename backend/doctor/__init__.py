@@ -22,15 +22,16 @@ import pwd
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from backend.config.schema import TRACKER_PACKAGES
-from backend.security.child_env import child_env
 from backend.doctor.probe import MARKER, installed_version
 from backend.i18n import Joined
 from backend.i18n import Message as M
+from backend.security.child_env import child_env
 from backend.telemetry.base import SourceStatus
 from backend.telemetry.sysfs import AMD_VENDOR_ID
 from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus

@@ -15,9 +15,10 @@ import json
 import os
 import stat
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 DATASET_INFO = "dataset_info.json"
 INFO_MAX_BYTES = 4 * 1024 * 1024  # a dataset_info.json of thousands of entries

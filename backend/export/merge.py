@@ -38,17 +38,17 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import yaml
 
 from backend.config.paths import path_problem
 from backend.export import gguf_convert as gguf_tools
 from backend.findings import Finding
-from backend.runs import RunNotFound, RunStore, safe_files
-from backend.runs import artifacts
+from backend.runs import RunNotFound, RunStore, artifacts, safe_files
 from backend.runs.launcher import OFFLINE_ENV, llamafactory_cli
 from backend.security.child_env import child_env
 

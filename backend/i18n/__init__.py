@@ -37,9 +37,10 @@ This package imports neither gradio nor torch: the backend and the tests use it 
 from __future__ import annotations
 
 import string
-from functools import lru_cache
+from collections.abc import Mapping
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -65,7 +66,7 @@ def load_locale_file(path: Path) -> dict[str, str]:
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_catalogue() -> dict[str, dict[str, str]]:
     catalogue = {locale: load_locale_file(LOCALES_DIR / f"{locale}.yaml") for locale in LOCALES}
     catalogue["zh"] = catalogue["zh-CN"]  # a browser that says only "zh" gets Simplified Chinese too
@@ -197,7 +198,7 @@ class Message(str):
     key: str
     params: dict[str, Any]
 
-    def __new__(cls, key: str, **params: Any) -> "Message":
+    def __new__(cls, key: str, **params: Any) -> Message:
         message = super().__new__(cls, render_message(key, params, DEFAULT_LOCALE))
         message.key = key
         message.params = params
@@ -221,7 +222,7 @@ class Joined(str):
     parts: tuple[Any, ...]
     separator: str
 
-    def __new__(cls, parts: Any, separator: str = "; ") -> "Joined":
+    def __new__(cls, parts: Any, separator: str = "; ") -> Joined:
         parts = tuple(parts)
         joined = super().__new__(cls, localized(separator, DEFAULT_LOCALE).join(localized(part, DEFAULT_LOCALE) for part in parts))
         joined.parts = parts

@@ -24,8 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.security.child_env import child_env
 from backend.findings import Finding
+from backend.security.child_env import child_env
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
 NAMES_FILE = Path(__file__).resolve().with_name("llamafactory_names.json")

@@ -29,8 +29,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 # The protocol's limits and names, from the helper itself (zygote.py imports only the standard library).
 from backend.llama_factory.zygote import ENV_ROOM_NAME, MAX_LINE_BYTES

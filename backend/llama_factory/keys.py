@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from backend.findings import Finding
-from backend.llama_factory.check import last_json_line
 from backend.i18n import Joined, Message
+from backend.llama_factory.check import last_json_line
 from backend.security.child_env import child_env
 
 HERE = Path(__file__).resolve().parent

@@ -41,7 +41,8 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 CHECK_CHILD_TIMEOUT_S = 300.0
@@ -439,7 +440,6 @@ def main() -> int:
         import importlib
 
         import torch
-
         import worker
 
         for name in PRELOAD:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping
 
 AUTH_ENV = "ROCBOARD_AUTH"  # "user:password"
 AUTH_FILE_ENV = "ROCBOARD_AUTH_FILE"  # a file holding "user:password"

@@ -29,8 +29,9 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from backend.findings import Finding
 from backend.i18n import DEFAULT_LOCALE, render_message

@@ -20,40 +20,38 @@ import shutil
 import stat
 import tempfile
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from backend.runs import artifacts
-
-from backend.runs import safe_files
 from backend.config import RunConfig
-from backend.findings import Finding, has_problems
-from backend.runs.launcher import Launcher
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
-from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore
+from backend.findings import Finding, has_problems
+from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore, artifacts, safe_files
+from backend.runs.launcher import Launcher
 
 RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
+from backend.export.merge import default_export_roots
+from backend.service.chat_desk import ChatDesk
 from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, default_data_roots
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
-from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
-from backend.service.chat_desk import ChatDesk
 from backend.service.evaluation_desk import EvaluationDesk
-from backend.export.merge import default_export_roots
 from backend.service.export_desk import ExportDesk
+from backend.service.live import LiveAnswer, live_answer, panel_version
+from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
-from backend.service.live import LiveAnswer, live_answer, panel_version
 from backend.service.run_view import RunView, gone_view, idle_view, run_view, unchanged_view
 from backend.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
-    from backend.doctor import Check
     from backend.config.estimate import MemoryEstimate
-    from backend.telemetry.sampler import Sampler
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
+    from backend.doctor import Check
+    from backend.telemetry.sampler import Sampler
 
 
 @dataclass(frozen=True)
@@ -86,9 +84,9 @@ class RocBoard:
         export_dir: Path | None = None,
         lf_cache: LlamaFactoryCheckCache | None = None,
         warm_helper: bool = False,
-        data_roots: "Sequence[Path] | None" = None,
+        data_roots: Sequence[Path] | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-        export_roots: "Sequence[Path] | None" = None,
+        export_roots: Sequence[Path] | None = None,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()

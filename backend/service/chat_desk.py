@@ -23,14 +23,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from backend.chat.server import ChatServer, GenerationSettings, ServerSpec, StreamBroken
 from backend.findings import Finding
-from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, safe_files
-from backend.runs import artifacts
+from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, artifacts, safe_files
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -97,7 +97,7 @@ class _Session:
 
 
 class ChatDesk:
-    def __init__(self, store: "RunStore", run_manager: "RunManager | None", export_dir: Path | None = None, idle_stop_s: float = DEFAULT_IDLE_STOP_S):
+    def __init__(self, store: RunStore, run_manager: RunManager | None, export_dir: Path | None = None, idle_stop_s: float = DEFAULT_IDLE_STOP_S):
         self.store = store
         self.run_manager = run_manager
         self.export_dir = export_dir
@@ -427,7 +427,7 @@ class ChatDesk:
                 session.busy -= 1
                 session.last_used = time.monotonic()
 
-    def _answer(self, session: _Session, which: str, server: ChatServer, messages, settings, events: "queue.Queue[ChatEvent]", cancelled: threading.Event) -> None:
+    def _answer(self, session: _Session, which: str, server: ChatServer, messages, settings, events: queue.Queue[ChatEvent], cancelled: threading.Event) -> None:
         def put(event: ChatEvent) -> None:
             while not cancelled.is_set():
                 try:

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
+from backend.config.paths import default_data_roots  # noqa: F401 (re-exported: the app and its tests name it here)
 from backend.data.dataset_file import LAYOUTS, ColumnMapping, Inspection, roles_of
 from backend.data.registry import DatasetRegistry
 from backend.findings import Finding
 from backend.i18n import translate as t
 from backend.view import code_span, escape_markdown, findings_markdown
-from backend.config.paths import default_data_roots  # noqa: F401 (re-exported: the app and its tests name it here)
 
 NAME_MAX = 64
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")

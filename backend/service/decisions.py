@@ -14,8 +14,7 @@ import logging
 import threading
 import time
 
-from backend.runs import artifacts
-from backend.runs import RunNotFound
+from backend.runs import RunNotFound, artifacts
 from backend.service.monitors import POLL_INTERVAL_S, Monitors
 from backend.service.run_manager import RunManager
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.evaluate.held_out import SameData, TrainedOn, trained_on
 from backend.evaluate.plan import (
     EVAL_BATCH_DEFAULT,
     EVAL_BATCH_LIMIT,
@@ -27,7 +28,6 @@ from backend.evaluate.plan import (
     bounded_int,
     predict_args,
 )
-from backend.evaluate.held_out import SameData, TrainedOn, trained_on
 from backend.evaluate.results import (
     EVALUATION_FILE,
     Prediction,
@@ -40,8 +40,7 @@ from backend.evaluate.results import (
 )
 from backend.findings import Finding, has_problems
 from backend.i18n import translate
-from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState
-from backend.runs import artifacts
+from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -86,7 +85,7 @@ def _safe_name(name: str) -> str:
 
 
 class EvaluationDesk:
-    def __init__(self, store: "RunStore", run_manager: "RunManager", pipeline: "ConfigPipeline", data: "DataDesk"):
+    def __init__(self, store: RunStore, run_manager: RunManager, pipeline: ConfigPipeline, data: DataDesk):
         self.store = store
         self.run_manager = run_manager
         self.pipeline = pipeline
@@ -221,7 +220,7 @@ class EvaluationDesk:
         checkpoint: str = FINAL_CHECKPOINT,
         max_samples: Any = MAX_SAMPLES_DEFAULT,
         max_new_tokens: Any = MAX_NEW_TOKENS_DEFAULT,
-    ) -> "StartResult":
+    ) -> StartResult:
         """Checks the request and starts the evaluation run; every refusal comes back as
         findings before any run directory is made."""
         from backend.service.run_manager import StartResult

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from backend.export import gguf_convert as gguf_tools
 from backend.export.merge import (
@@ -28,8 +29,7 @@ from backend.export.merge import (
 )
 from backend.findings import Finding
 from backend.i18n import render_message
-from backend.runs import RunNotFound
-from backend.runs import artifacts
+from backend.runs import RunNotFound, artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -45,7 +45,7 @@ class StartAnswer:
 
 
 class ExportDesk:
-    def __init__(self, store: "RunStore", roots: Sequence[Path] | None, export_dir: Path | None):
+    def __init__(self, store: RunStore, roots: Sequence[Path] | None, export_dir: Path | None):
         self.store = store
         # None: anywhere (the command line); the page always has roots.
         self.roots = None if roots is None else [Path(root) for root in roots]

@@ -11,12 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from backend.runs import artifacts
-
-from backend.runs import safe_files
 from backend.charts import MemorySeries
+from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore, artifacts, safe_files
 from backend.runs.logs import TRAINER_LOG, AttemptMark, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_curve_records, parse_trainer_print
-from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore
 from backend.snapshot import RunSnapshot
 from backend.telemetry.base import Reading
 

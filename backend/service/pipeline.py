@@ -12,20 +12,21 @@ import json
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from backend.config import RunConfig, parse_form, schema, to_llamafactory_args
 from backend.config.placement import LocalPlacement, Placement
-from backend.findings import Finding, has_problems
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
+from backend.findings import Finding, has_problems
 from backend.runs import CONFIG_FILE, OUTPUT_DIR
 
 if TYPE_CHECKING:
-    from backend.config.path_keys import ReadPlaces
     from backend.config.distributed import DistributedPlan
     from backend.config.estimate import MemoryEstimate
+    from backend.config.path_keys import ReadPlaces
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
 
 # Answers kept by a cache; each is a short list of findings for one exact set of arguments.
@@ -184,7 +185,7 @@ class ConfigPipeline:
 
         return check_config(config, preset, read_roots=self.read_roots) + check_output_dir(self.runs_root)
 
-    def read_places(self, config: RunConfig) -> "ReadPlaces":
+    def read_places(self, config: RunConfig) -> ReadPlaces:
         """Where a key of `config`'s Other keys may read a file (backend/config/path_keys.py)."""
         from backend.config.checks import read_places
 
@@ -229,7 +230,6 @@ class ConfigPipeline:
     def run_args(config: RunConfig, plan: DistributedPlan | None, output_dir: Path | str) -> dict[str, Any]:
         """The YAML's arguments: the config's, plus the launch plan's (ddp_timeout, deepspeed)."""
         from backend.config.distributed import extra_args
-
         from backend.config.other_keys import USER_DEEPSPEED_FILE, deepspeed_of
 
         args = to_llamafactory_args(config, output_dir)

@@ -16,16 +16,17 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from backend.config import RunConfig
 from backend.config.placement import LocalPlacement, Placement, SlurmPlacement
-from backend.findings import Finding, has_problems
-from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.config.presets import HardwarePreset
+from backend.findings import Finding, has_problems
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files, starter_fields
+from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline

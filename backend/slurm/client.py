@@ -11,9 +11,9 @@ its timeout.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from backend.slurm import parse
 from backend.slurm.parse import JobInfo, Node, Partition, SbatchRefusal

@@ -25,12 +25,13 @@ import logging
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from backend.runs import RunNotFound, RunState, RunStore, safe_files
-from backend.slurm.client import SlurmClient, SlurmProblem
 from backend.slurm import NODES_DIR, TASK_FILE
+from backend.slurm.client import SlurmClient, SlurmProblem
 from backend.slurm.parse import JobInfo, is_number
 from backend.slurm.preflight import ClusterFactsCache
 from backend.slurm.script import STOP_SIGNAL

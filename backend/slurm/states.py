@@ -9,8 +9,9 @@ reasons users meet; any other is shown as Slurm wrote it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from backend.slurm.parse import JobInfo, format_time_limit
 

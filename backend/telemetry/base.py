@@ -7,8 +7,9 @@ fails on one tick is `None` in that reading and never raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Reading:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Reading":
+    def from_json(cls, data: dict[str, Any]) -> Reading:
         values = {k: data.get(k) for k in cls.__dataclass_fields__}
         values["node"] = str(values["node"] or "")[:64]
         return cls(**values)  # type: ignore[arg-type]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus

@@ -9,8 +9,8 @@ process's RAM instead. Sources that do not work come back as statuses with hints
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from backend.i18n import Message
 from backend.telemetry.amd_smi import AmdSmiSource

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus

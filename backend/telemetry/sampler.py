@@ -13,9 +13,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 import psutil
 

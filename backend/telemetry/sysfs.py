@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus

@@ -13,8 +13,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from backend.i18n import Message
 from backend.security.child_env import child_env

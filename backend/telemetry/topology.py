@@ -11,9 +11,9 @@ to nodes by PCI address (`location_id` + `domain`), falling back to the DRM rend
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from backend.telemetry.base import Reading
 
