@@ -1,21 +1,24 @@
 """The shape of the code, read from the source with `ast` (nothing is imported):
 
-- backend/ modules import each other without cycles (a cycle makes import order matter
-  and hides which module owns what);
+- backend/ and ui/ modules import each other without cycles (a cycle makes import order
+  matter and hides which module owns what), but for the ones still named in KNOWN_CYCLES;
 - backend/ never imports gradio or ui/: the backend is the app without its page, used by
   the CLI, the trainer's helpers and the tests alike;
 - what `python app.py` imports at module level, followed through every RocBoard module,
   reaches none of the heavy ML libraries (the web process stays light; the running check is
   tests/test_light_web_process.py).
 
-Imports inside functions count as edges too (they still tie two modules together), except
-those under `if TYPE_CHECKING:`, which never run.
+Imports inside functions count as edges too (they still tie two modules together), and so
+do those under `if TYPE_CHECKING:`: they never run, but a module that needs another's types
+to be read is tied to it all the same (a cycle hidden there is still a cycle). The heavy
+libraries are looked for only along imports that run when a module is imported.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +31,7 @@ class Import:
     target: str  # a RocBoard module, or a third-party top-level name
     line: int
     module_level: bool  # runs when the importing module is imported
+    types_only: bool = False  # under `if TYPE_CHECKING:`: never runs, names types only
 
 
 def module_files() -> dict[str, Path]:
@@ -46,28 +50,31 @@ def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import statement that can run, with whether it runs at import time (not inside a
-    function; a class body or an `if`/`try` at the top level still does)."""
-    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+def _import_nodes(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+    """Every import statement, with whether it runs at import time (not inside a function; a
+    class body or an `if`/`try` at the top level still does) and whether it is for types only
+    (under `if TYPE_CHECKING:`, which never runs: never at import time either)."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool, bool]] = []
 
-    def visit(node: ast.AST, module_level: bool) -> None:
+    def visit(node: ast.AST, module_level: bool, types_only: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for body in child.body:
+                    visit_one(body, False, True)
                 for orelse in child.orelse:
-                    visit_one(orelse, module_level)
+                    visit_one(orelse, module_level, types_only)
                 continue
-            visit_one(child, module_level)
+            visit_one(child, module_level, types_only)
 
-    def visit_one(child: ast.AST, module_level: bool) -> None:
+    def visit_one(child: ast.AST, module_level: bool, types_only: bool) -> None:
         if isinstance(child, (ast.Import, ast.ImportFrom)):
-            found.append((child, module_level))
+            found.append((child, module_level, types_only))
         elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            visit(child, False)
+            visit(child, False, types_only)
         else:
-            visit(child, module_level)
+            visit(child, module_level, types_only)
 
-    visit(tree, True)
+    visit(tree, True, False)
     return found
 
 
@@ -95,17 +102,17 @@ def import_graph() -> dict[str, list[Import]]:
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         edges = []
-        for node, module_level in _import_nodes(tree):
+        for node, module_level, types_only in _import_nodes(tree):
             for target in _resolve(module, path, node, known):
                 if target != module:
-                    edges.append(Import(target, node.lineno, module_level))
+                    edges.append(Import(target, node.lineno, module_level, types_only))
         graph[module] = edges
     return graph
 
 
-def cycles(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
-    """The import cycles among modules under `within`: one shortest cycle per strongly
-    connected group of modules (Tarjan's algorithm, then a search inside each group)."""
+def tied_groups(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
+    """The groups of modules under `within` that import each other round (strongly connected:
+    each reaches every other), each sorted (Tarjan's algorithm)."""
     nodes = sorted(m for m in graph if m == within or m.startswith(within + "."))
     inside = set(nodes)
     successors = {m: sorted({e.target for e in graph[m] if e.target in inside}) for m in nodes}
@@ -139,9 +146,15 @@ def cycles(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
     for node in nodes:
         if node not in index:
             connect(node)
+    return sorted(groups)
 
+
+def cycles(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
+    """The import cycles among modules under `within`: one shortest cycle per strongly
+    connected group of modules (tied_groups, then a search inside each group)."""
+    successors = {m: sorted({e.target for e in edges if e.target in graph}) for m, edges in graph.items()}
     found = []
-    for group in groups:
+    for group in tied_groups(graph, within):
         members = set(group)
         start = group[0]
         paths = {start: [start]}
@@ -166,16 +179,38 @@ def cycles(graph: dict[str, list[Import]], within: str) -> list[list[str]]:
 
 def describe(cycle: list[str], graph: dict[str, list[Import]]) -> str:
     steps = []
-    for source, target in zip(cycle, cycle[1:]):
+    for source, target in pairwise(cycle):
         edge = next(e for e in graph[source] if e.target == target)
-        steps.append(f"{source}:{edge.line}{'' if edge.module_level else ' (in a function)'} -> {target}")
+        how = " (for types only)" if edge.types_only else "" if edge.module_level else " (in a function)"
+        steps.append(f"{source}:{edge.line}{how} -> {target}")
     return "; ".join(steps)
+
+
+# The import cycles still in backend/ (ui/ has none; each a group of modules that import each other round,
+# counting imports in functions and for types only), and why each is allowed for now. Issue 28
+# unties them: when one is gone (or smaller), this test says so, and its entry goes (or shrinks).
+# A cycle not named here fails the test.
+KNOWN_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"backend.config", "backend.config.other_keys"}): "config -> other_keys in a function, other_keys -> config for types (RunConfig; issue 28, fields)",
+    frozenset({"backend.findings", "backend.i18n"}): "findings -> i18n in a function, i18n -> findings for types (translate_finding; issue 28, words)",
+}
+
+
+def _cycle_lines(groups: list[list[str]], graph: dict[str, list[Import]]) -> str:
+    shown = []
+    for group in groups:
+        cycle = cycles({m: [e for e in graph[m] if e.target in group] for m in group}, group[0].split(".")[0])[0]
+        shown.append(f"  {sorted(group)}\n    {describe(cycle, graph)}")
+    return "\n".join(shown)
 
 
 def test_backend_modules_import_each_other_without_cycles():
     graph = import_graph()
-    found = cycles(graph, "backend")
-    assert not found, "import cycles in backend/:\n" + "\n".join(f"  {' -> '.join(c)}\n    {describe(c, graph)}" for c in found)
+    found = tied_groups(graph, "backend") + tied_groups(graph, "ui")
+    new = [group for group in found if frozenset(group) not in KNOWN_CYCLES]
+    assert not new, "import cycles in backend/ or ui/ (imports in functions and for types count):\n" + _cycle_lines(new, graph)
+    gone = [sorted(group) for group in KNOWN_CYCLES if sorted(group) not in found]
+    assert not gone, f"these allowed cycles are gone or smaller now: take them out of KNOWN_CYCLES (what is left: {[sorted(g) for g in found]}):\n  " + "\n  ".join(map(str, gone))
 
 
 def test_the_backend_never_imports_gradio_or_the_ui():
@@ -245,7 +280,8 @@ def test_the_web_process_imports_no_ml_library_at_module_level():
 
 def test_the_graph_reader_sees_function_level_and_relative_imports(tmp_path):
     """The checks above are only as good as the reader: it must see through `from . import`,
-    imports inside functions, and skip TYPE_CHECKING blocks."""
+    imports inside functions, and imports under TYPE_CHECKING (for types only: never at
+    import time)."""
     source = (
         "from typing import TYPE_CHECKING\n"
         "from . import runs\n"
@@ -256,8 +292,8 @@ def test_the_graph_reader_sees_function_level_and_relative_imports(tmp_path):
     )
     tree = ast.parse(source)
     known = {"backend.runs", "backend.runs.logs", "backend.service", "backend.demo"}
-    targets = [(_resolve("backend.demo", ROOT / "backend" / "demo.py", node, known), level) for node, level in _import_nodes(tree)]
-    assert targets == [(["typing"], True), (["backend.runs"], True), (["backend.runs.logs"], False)]
+    targets = [(_resolve("backend.demo", ROOT / "backend" / "demo.py", node, known), level, types) for node, level, types in _import_nodes(tree)]
+    assert targets == [(["typing"], True, False), (["backend.runs"], True, False), (["backend.service"], False, True), (["backend.runs.logs"], False, False)]
 
 
 def test_the_cycle_finder_names_a_cycle():
@@ -271,3 +307,16 @@ def test_the_cycle_finder_names_a_cycle():
     assert describe(["backend.a", "backend.b", "backend.c", "backend.a"], graph) == (
         "backend.a:3 -> backend.b; backend.b:5 (in a function) -> backend.c; backend.c:7 -> backend.a"
     )
+
+
+def test_a_cycle_closed_only_for_types_is_a_cycle():
+    """An import under TYPE_CHECKING ties two modules as much as one that runs: the graph
+    holds it, and a cycle through it is found and named."""
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from backend.a import A\n")
+    (node, module_level, types_only), *_ = [found for found in _import_nodes(tree) if found[0].lineno == 3]
+    graph = {
+        "backend.a": [Import("backend.b", 4, False)],
+        "backend.b": [Import("backend.a", node.lineno, module_level, types_only)],
+    }
+    assert tied_groups(graph, "backend") == [["backend.a", "backend.b"]]
+    assert describe(cycles(graph, "backend")[0], graph) == "backend.a:4 (in a function) -> backend.b; backend.b:3 (for types only) -> backend.a"
