@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.export import gguf_convert, merge
+from backend.export import gguf_convert, merge, size
 from backend.i18n import translate
 from backend.runs import RunStore
 from tests.harness import AppServer, copy_run
@@ -106,7 +106,7 @@ def test_export_tab_writes_the_merged_model_and_offers_it(app_server, page_of, e
     request = merge.ExportRequest(run_id=app_server.run_id, target=str(target), gguf="f16" if has_converter else "none")
     expected_plan, problems = merge.plan_export(RunStore(app_server.runs_dir), request, [export_root])
     assert expected_plan is not None, problems
-    planned = merge.size_text(expected_plan.needed_disk)
+    planned = size.size_text(expected_plan.needed_disk)
     wait_for_text(page, "#export-plan", f"Size needed: about {planned} ")
     page.evaluate(RECORD_STATUS_JS)
     status = export_and_wait(page)
@@ -175,7 +175,7 @@ def test_a_refusal_in_chinese(app_server, page_of, export_root: Path) -> None:
 
 
 def size_bytes(text: str) -> float:
-    """ "545.0 KiB" (backend/export/merge.py size_text) in bytes."""
+    """ "545.0 KiB" (backend/export/size.py size_text) in bytes."""
     number, unit = text.split()
     return float(number) * {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}[unit]
 

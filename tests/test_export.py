@@ -18,7 +18,9 @@ import psutil
 import pytest
 
 from backend.export import gguf_convert
-from backend.export.merge import ExportRequest, leftover_staging, parse_safetensors_header, plan_export, read_model_size, read_safetensors_header, size_text
+from backend.export.job import leftover_staging
+from backend.export.merge import ExportRequest, plan_export
+from backend.export.size import parse_safetensors_header, read_model_size, read_safetensors_header, size_text
 from backend.runs import RunStore
 from backend.service.export_desk import ExportDesk
 from tests.harness import copy_run, wait_until
@@ -169,7 +171,7 @@ def test_export_writes_safetensors_tokenizer_modelfile_and_replaces_only_at_the_
     assert "old-marker.txt" not in names and not (target / "old-marker.txt").exists()
     # What the export wrote is recorded beside it (not shown, not zipped): the next export may
     # replace it with the replace box alone.
-    from backend.export.merge import MANIFEST_NAME, foreign_entries, read_manifest
+    from backend.export.target import MANIFEST_NAME, foreign_entries, read_manifest
 
     assert read_manifest(target) == dict(progress.result.files) and MANIFEST_NAME not in names
     assert foreign_entries(target) == ()
@@ -443,7 +445,7 @@ def test_close_stops_a_running_export_and_leaves_no_process(trained_demo_run, tm
 
 
 def test_staging_left_by_a_killed_app_is_removed_by_the_next_export(tmp_path):
-    from backend.export.merge import STAGING_MARK, remove_stale_staging
+    from backend.export.job import STAGING_MARK, remove_stale_staging
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -490,7 +492,7 @@ def test_the_doctor_says_whether_the_gguf_converter_is_there(tmp_path):
 
 
 def test_the_progress_counts_toward_the_size_the_plan_showed_and_never_past_it(trained_demo_run, tmp_path):
-    from backend.export.merge import ExportJob
+    from backend.export.job import ExportJob
     from backend.i18n import translate
     from backend.service.export_desk import StartAnswer
 

@@ -1,7 +1,7 @@
 """Where an export may write (issue 26, item 4): never into or over RocBoard itself, its Python
 environment or a hidden folder of the home; an existing folder holding files no export wrote
 only when its name is typed; no link followed in the middle of the path, by the page and by
-`app.py export` alike (one check decides for both: backend/export/merge.py::check_target).
+`app.py export` alike (one check decides for both: backend/export/target.py::check_target).
 
 Every test runs with a temporary HOME, so nothing here can touch the real home. The cases
 about RocBoard's own folders (ui/, backend/, .venv) only ever ask for a plan, or go through
@@ -20,7 +20,8 @@ from typing import ClassVar
 import pytest
 
 from backend.export import cli
-from backend.export.merge import ExportRequest, leftover_staging, plan_export
+from backend.export.job import leftover_staging
+from backend.export.merge import ExportRequest, plan_export
 from backend.runs import RunStore
 from backend.service import RocBoard
 from tests.harness import copy_run

@@ -7,7 +7,7 @@ English, on stderr), 1 failed (the export's finding), 130 interrupted (nothing k
 
 The folder may be anywhere the page's rules allow outside its roots: the command line's user
 is the machine's own, who may write where they like without RocBoard (no --export-root here).
-Everything else is the page's own check (backend/export/merge.py::check_target, called by both):
+Everything else is the page's own check (backend/export/target.py::check_target, called by both):
 a full path; no link as the folder, nor on the way below the home or an export root; never `/`,
 the home, the base model's, the run's or the runs folder, RocBoard's own folder, its Python
 environment or a hidden folder of the home (no flag unlocks these); an existing non-empty
@@ -22,7 +22,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from backend.export.merge import DEVICES, SHARD_GB_RANGE, ExportJob, ExportRequest, plan_export, size_text
+from backend.export.job import ExportJob
+from backend.export.merge import DEVICES, SHARD_GB_RANGE, ExportRequest, plan_export
+from backend.export.size import size_text
 from backend.runs import RunStore
 
 WAIT_S = 1.0

@@ -32,7 +32,7 @@ from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore, artifacts
 from backend.runs.launcher import Launcher
 
 RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
-from backend.export.merge import default_export_roots
+from backend.export.target import default_export_roots
 from backend.service.chat_desk import ChatDesk
 from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, default_data_roots
 from backend.service.decisions import RunDecisions

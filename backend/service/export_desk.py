@@ -1,7 +1,7 @@
 """The Export tab's questions: merge a run's adapter into its base, GGUF, where and how big.
 
 One export at a time for the app (a merge holds a whole model in memory). The rules live in
-backend/export/merge.py; here: which runs and checkpoints to offer, the plan line shown before
+backend/export/ (merge.py the plan, target.py where, size.py how big, job.py the job); here: which runs and checkpoints to offer, the plan line shown before
 Export, the job, its progress in words, and the app's end (`close()`: the export stops, its
 staging folder goes, no process stays).
 """
@@ -16,17 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.export import gguf_convert as gguf_tools
-from backend.export.merge import (
-    DEVICES,
-    GGUF_CHOICES,
-    ExportJob,
-    ExportProgress,
-    ExportRequest,
-    default_export_root,
-    exportable_runs,
-    plan_export,
-    size_text,
-)
+from backend.export.job import ExportJob, ExportProgress
+from backend.export.merge import DEVICES, GGUF_CHOICES, ExportRequest, exportable_runs, plan_export
+from backend.export.size import size_text
+from backend.export.target import default_export_root
 from backend.findings import Finding
 from backend.i18n import render_message
 from backend.runs import RunNotFound, artifacts
