@@ -457,6 +457,21 @@ def test_staging_left_by_a_killed_app_is_removed_by_the_next_export(tmp_path):
     assert not stale.exists() and mine.exists()
 
 
+def test_a_failed_step_is_named_in_the_readers_words():
+    """The step an export failed in is a message id, not an English word inside a Chinese
+    sentence (the merge, the GGUF conversion, a child that never ends)."""
+    from backend.export.job import failure_finding, step_words
+    from backend.findings import Finding
+    from backend.i18n import Message
+
+    for log, step, words in (("No space left on device", "merge", "（合并）"), ("HIP out of memory", "merge", "（合并）"), ("ValueError: bad", "gguf", "（GGUF 转换）")):
+        problem, _ = failure_finding(log, step).text("zh-CN")
+        assert step not in problem and words in problem, problem
+    timeout = Finding.of("export", "export-failed", step=step_words("merge"), error=Message("export.no-end", seconds=60))
+    assert timeout.problem.startswith("The export failed (merge): no end after 60 s"), timeout.problem
+    assert "no end" not in timeout.text("zh-CN")[0] and "60 秒后仍未结束" in timeout.text("zh-CN")[0]
+
+
 def test_too_little_memory_for_a_cpu_merge_is_refused_with_both_figures(trained_demo_run, tmp_path):
     """The available memory is the machine's (psutil) in the app; here a small one is handed in."""
     store, run_id = run_copy(trained_demo_run, tmp_path)

@@ -28,6 +28,7 @@ from backend.export.merge import ExportPlan
 from backend.export.size import GIB
 from backend.export.target import MANIFEST_NAME, foreign_entries, replace_finding, write_manifest
 from backend.findings import Finding
+from backend.i18n import Message
 from backend.runs import safe_files
 from backend.runs.launcher import OFFLINE_ENV, llamafactory_cli
 from backend.security.child_env import child_env
@@ -177,15 +178,21 @@ def merge_phase(log_text: str, staged_bytes: int) -> str:
     return "loading"
 
 
+def step_words(step: str) -> Message:
+    """The step an export failed in (merge, gguf, files, export), as a message id: a translated
+    sentence never carries the English word."""
+    return Message(f"export.step.{step}")
+
+
 def failure_finding(log_text: str, step: str) -> Finding:
     """Why a child failed, from its log: a full disk, memory, or its last line."""
     if DISK_FULL_PATTERN.search(log_text):
-        return Finding.of("export_dir", "export-disk-full", step=step)
+        return Finding.of("export_dir", "export-disk-full", step=step_words(step))
     if MEMORY_PATTERN.search(log_text):
-        return Finding.of("export_device", "export-out-of-memory", step=step)
+        return Finding.of("export_device", "export-out-of-memory", step=step_words(step))
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     last = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
-    return Finding.of("export", "export-failed", step=step, error=last[-300:])
+    return Finding.of("export", "export-failed", step=step_words(step), error=last[-300:])
 
 
 # --- the job --------------------------------------------------------------------------------------
@@ -294,11 +301,11 @@ class ExportJob:
         except OSError as error:
             self._cleanup()
             key = "export-disk-full" if error.errno == 28 else "export-failed"
-            self.progress.findings = [Finding.of("export_dir", key, step="files", error=str(error)[:300])]
+            self.progress.findings = [Finding.of("export_dir", key, step=step_words("files"), error=str(error)[:300])]
             self.progress.phase = "failed"
         except Exception as error:  # noqa: BLE001 - any failure ends the job with a finding, not a traceback
             self._cleanup()
-            self.progress.findings = [Finding.of("export", "export-failed", step="export", error=f"{type(error).__name__}: {error}"[:300])]
+            self.progress.findings = [Finding.of("export", "export-failed", step=step_words("export"), error=f"{type(error).__name__}: {error}"[:300])]
             self.progress.phase = "failed"
         else:
             self.progress.result = result
@@ -332,7 +339,7 @@ class ExportJob:
                     raise Cancelled()
                 if time.monotonic() > deadline:
                     self._stop_child()
-                    raise _Failed(Finding.of("export", "export-failed", step=step, error=f"no end after {int(timeout_s)} s"))
+                    raise _Failed(Finding.of("export", "export-failed", step=step_words(step), error=Message("export.no-end", seconds=int(timeout_s))))
                 text = read_tail(log_path)
                 self.progress.log_tail = text[-4000:]
                 watch(text)
@@ -406,7 +413,7 @@ class ExportJob:
         checked for what a usable merged model needs."""
         names = set(os.listdir(model_dir)) if model_dir.is_dir() else set()
         if TOKENIZER_SAVE_FAILED in log and DISK_FULL_PATTERN.search(log):
-            raise _Failed(Finding.of("export_dir", "export-disk-full", step="merge"))
+            raise _Failed(Finding.of("export_dir", "export-disk-full", step=step_words("merge")))
         missing = [name for name in ("config.json", "Modelfile", "tokenizer_config.json") if name not in names]
         if not any(name.endswith(".safetensors") for name in names):
             missing.append("*.safetensors")
