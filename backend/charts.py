@@ -217,7 +217,7 @@ def _with_gaps(x: list[float], y: list[float | None], breaks: Sequence[float]) -
     gapped_x: list[float] = []
     gapped_y: list[float | None] = []
     next_break = 0
-    for xi, yi in zip(x, y):
+    for xi, yi in zip(x, y, strict=True):
         if next_break < len(pending) and pending[next_break] <= xi:
             gapped_x.append(pending[next_break])
             gapped_y.append(None)

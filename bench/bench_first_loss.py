@@ -299,8 +299,8 @@ def summarize(result: dict[str, Any]) -> None:
     board, llama = summary["rocboard"]["visible"]["median"], summary["llamaboard"]["visible"]["median"]
     result["ratio"] = board / llama
     # Turns taken next to each other, paired: their differences cancel slow drifts of the load.
-    pairs = list(zip(result["trials"]["rocboard"], result["trials"]["llamaboard"]))
-    result["paired_differences"] = [b["click_to_visible_s"] - l["click_to_visible_s"] for b, l in pairs]
+    pairs = list(zip(result["trials"]["rocboard"], result["trials"]["llamaboard"], strict=True))
+    result["paired_differences"] = [ours["click_to_visible_s"] - theirs["click_to_visible_s"] for ours, theirs in pairs]
     # The machine's run-to-run noise, from each side's own spread (half the range).
     noises = [(s["visible"]["max"] - s["visible"]["min"]) / (2 * s["visible"]["median"]) for s in summary.values() if s["visible"].get("n", 0) > 1]
     result["noise"] = max(noises) if noises else None

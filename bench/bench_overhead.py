@@ -338,7 +338,12 @@ def report(result: dict[str, Any]) -> str:
         f"  ratio of medians: wall {result['wall_ratio']:.3f} (RocBoard's trainer starts warm: no imports)"
         + (f"; train_runtime {result['train_runtime_ratio']:.3f}" if result["train_runtime_ratio"] else "")
         + (f"; the CLI's train_runtime varies by ±{100 * result['cli_noise']:.1f} %" if result.get("cli_noise") is not None else ""),
-        "  -> " + (("OK" if result["verdict"] else "NOT") + f" <= {OVERHEAD_GOAL}" if isinstance(result["verdict"], bool) else f"{result['verdict']}: this machine cannot resolve {100 * (OVERHEAD_GOAL - 1):.0f} %"),
+        "  -> "
+        + (
+            ("OK" if result["verdict"] else "NOT") + f" <= {OVERHEAD_GOAL}"
+            if isinstance(result["verdict"], bool)
+            else f"{result['verdict']}: this machine cannot resolve {100 * (OVERHEAD_GOAL - 1):.0f} %"
+        ),
         *(
             [
                 f"  why: the tab ({result['browser_cpu_watching']['median']:.1f} % of a core while watching) and the web process"

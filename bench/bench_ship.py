@@ -42,8 +42,8 @@ def _median(values: list[float]) -> float:
 def _load(board, run_id: str, side_by_side: bool) -> float:
     started = time.perf_counter()
     last = None
-    for last in board.chat.load(run_id, side_by_side=side_by_side):
-        pass
+    for status in board.chat.load(run_id, side_by_side=side_by_side):
+        last = status
     if last is None or last.state != "ready":
         raise RuntimeError(f"chat load ended {last.state if last else 'without a status'}: {[f.problem for f in (last.findings if last else ())]}")
     return time.perf_counter() - started
@@ -111,7 +111,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                 answer = board.evaluations.start(run_id, "data:demo-sample", max_samples=12, max_new_tokens=16)
                 if answer.run is None:
                     raise RuntimeError(f"evaluation refused: {[f.problem for f in answer.findings]}")
-                wait_until(lambda: not board.is_active(answer.run.id), 600, interval=0.25, what="the evaluation")
+                wait_until(lambda eval_id=answer.run.id: not board.is_active(eval_id), 600, interval=0.25, what="the evaluation")
                 evaluations.append(time.perf_counter() - started)
             result["evaluate_s"] = evaluations
 

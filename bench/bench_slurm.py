@@ -174,7 +174,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         stop = result["stop"]["stop_s"]
         goals += [
             goal_row("one squeue poll of 20 waiting jobs", f"< {POLL_GOAL_S * 1000:.0f} ms", f"{poll * 1000:.0f} ms", poll < POLL_GOAL_S),
-            goal_row("poller's CPU following 20 jobs (squeue's own included)", f"< {POLLER_CPU_GOAL_PERCENT:g} % of a core", f"{cpu + result['following']['squeue_cpu_percent']:.2f} %", cpu + result["following"]["squeue_cpu_percent"] < POLLER_CPU_GOAL_PERCENT),
+            goal_row(
+                "poller's CPU following 20 jobs (squeue's own included)",
+                f"< {POLLER_CPU_GOAL_PERCENT:g} % of a core",
+                f"{cpu + result['following']['squeue_cpu_percent']:.2f} %",
+                cpu + result["following"]["squeue_cpu_percent"] < POLLER_CPU_GOAL_PERCENT,
+            ),
             goal_row("Stop of a two-node job to its end, both saved", f"≤ {STOP_GOAL_S:g} s", f"{stop:.1f} s", stop <= STOP_GOAL_S and result["stop"]["adapter"]),
         ]
     result["goals"] = goals
@@ -189,7 +194,12 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"Slurm figures skipped: {result['skipped']}")
     else:
         submits = result["submit"]
-        for key, words in (("to_job_id_s", "Start -> job id (checks, preflight, run dir, sbatch; LLaMA-Factory's answer cached)"), ("to_running_s", "Start -> RUNNING recorded"), ("to_first_point_s", "Start -> first loss point"), ("to_end_s", "Start -> finished (100 steps)")):
+        for key, words in (
+            ("to_job_id_s", "Start -> job id (checks, preflight, run dir, sbatch; LLaMA-Factory's answer cached)"),
+            ("to_running_s", "Start -> RUNNING recorded"),
+            ("to_first_point_s", "Start -> first loss point"),
+            ("to_end_s", "Start -> finished (100 steps)"),
+        ):
             lines.append(f"One-node demo on Slurm, {words}: {show(spread([s[key] for s in submits]))}")
         f = result["following"]
         lines.append(f"One squeue poll: 1 job {show(f['poll_1_s'], 'ms', 1000, 0)}, 20 waiting jobs {show(f['poll_20_s'], 'ms', 1000, 0)}")

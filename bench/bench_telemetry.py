@@ -64,7 +64,11 @@ def rocm_smi_command(workdir: Path) -> tuple[list[str], dict[str, str], str]:
     """The rocm-smi to time: the real one if present, else a script printing the capture."""
     real = shutil.which("rocm-smi")
     if real:
-        return list(ROCM_SMI_ARGS), dict(os.environ), f"real {real} ({tool_version('rocm-smi')}; no amdgpu driver here: it exits early after Python start-up)" if not Path("/sys/module/amdgpu").exists() else f"real {real}"
+        return (
+            list(ROCM_SMI_ARGS),
+            dict(os.environ),
+            f"real {real} ({tool_version('rocm-smi')}; no amdgpu driver here: it exits early after Python start-up)" if not Path("/sys/module/amdgpu").exists() else f"real {real}",
+        )
     bin_dir = workdir / "bin"
     bin_dir.mkdir()
     script = bin_dir / "rocm-smi"

@@ -79,10 +79,22 @@ def goal_rows_for(key: str, result: dict[str, Any]) -> list[dict[str, Any]]:
     ratio = result["sources"]["rocm_smi_over_sysfs_median_ratio"]
     sampler = result["sampler"]
     return [
-        goal_row(f"one sample, sysfs (fake tree, {sysfs['gpus_per_sample']} GPUs)", "-", f"median {sysfs['median_us']:.1f} µs (p10-p90 {sysfs['p10_us']:.1f}-{sysfs['p90_us']:.1f}, n={sysfs['n']})", None),
-        goal_row("one sample, rocm-smi subprocess + parse", "-", f"median {tool['median_us'] / 1000:.1f} ms (p10-p90 {tool['p10_us'] / 1000:.1f}-{tool['p90_us'] / 1000:.1f}, n={tool['n']}); {tool['tool']}", None),
+        goal_row(
+            f"one sample, sysfs (fake tree, {sysfs['gpus_per_sample']} GPUs)", "-", f"median {sysfs['median_us']:.1f} µs (p10-p90 {sysfs['p10_us']:.1f}-{sysfs['p90_us']:.1f}, n={sysfs['n']})", None
+        ),
+        goal_row(
+            "one sample, rocm-smi subprocess + parse",
+            "-",
+            f"median {tool['median_us'] / 1000:.1f} ms (p10-p90 {tool['p10_us'] / 1000:.1f}-{tool['p90_us'] / 1000:.1f}, n={tool['n']}); {tool['tool']}",
+            None,
+        ),
         goal_row("rocm-smi / sysfs", ">= 100x", f"{ratio:,.0f}x", ratio >= 100),
-        goal_row(f"sampler CPU at {sampler['interval_s']:g} s interval (sysfs, writing samples)", "< 1 % of one core", f"{sampler['cpu_percent_of_one_core']:.3f} % ({sampler['ticks']} ticks)", sampler["under_1_percent"]),
+        goal_row(
+            f"sampler CPU at {sampler['interval_s']:g} s interval (sysfs, writing samples)",
+            "< 1 % of one core",
+            f"{sampler['cpu_percent_of_one_core']:.3f} % ({sampler['ticks']} ticks)",
+            sampler["under_1_percent"],
+        ),
     ]
 
 
@@ -108,7 +120,7 @@ def table(rows: list[dict[str, Any]], section: str | None = None) -> list[str]:
 def markdown(outcomes: list[dict[str, Any]], started: datetime, seconds: float, quick: bool, before: dict[str, Any], after_load: list[float]) -> str:
     from bench import conditions_line
 
-    goals = [dict(row, section=title.split(".")[0]) for outcome, (_, title, _) in zip(outcomes, SECTIONS) for row in outcome["goals"] if row["met"] is not None]
+    goals = [dict(row, section=title.split(".")[0]) for outcome, (_, title, _) in zip(outcomes, SECTIONS, strict=True) for row in outcome["goals"] if row["met"] is not None]
     met = sum(1 for row in goals if row["met"] is True)
     lines = [
         "# RocBoard benchmarks",
@@ -127,7 +139,7 @@ def markdown(outcomes: list[dict[str, Any]], started: datetime, seconds: float, 
         *table(goals, section=""),
         "",
     ]
-    for outcome, (key, title, module) in zip(outcomes, SECTIONS):
+    for outcome, (_, title, module) in zip(outcomes, SECTIONS, strict=True):
         lines += [
             f"## {title}",
             "",

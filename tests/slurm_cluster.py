@@ -156,7 +156,7 @@ class SlurmCluster:
             "SlurmctldTimeout=30",
             "SlurmdTimeout=60",
         ]
-        for name, port in zip(self.nodes, node_ports):
+        for name, port in zip(self.nodes, node_ports, strict=True):
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} State=UNKNOWN")
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         lines.append(f"PartitionName={SHORT_PARTITION} Nodes={self.nodes[0]} MaxTime={SHORT_MAX_TIME} State=UP")

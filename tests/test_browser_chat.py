@@ -52,7 +52,7 @@ def app_server(demo_assets, trained_demo_run, tmp_path_factory):
 
 
 def open_chat(page) -> None:
-    page.locator("#tab-chat-button, button[role=tab]:has-text('%s')" % translate("tab.chat", "en")).first.click()
+    page.locator("#tab-chat-button, button[role=tab]:has-text('{}')".format(translate("tab.chat", "en"))).first.click()
     page.wait_for_selector("#chat-load", timeout=UI_TIMEOUT_MS)
     # The tab's select event offers the runs on disk and shows the status: wait for it, or
     # its answer lands after (and over) what the test does next.
@@ -210,7 +210,7 @@ def test_the_chinese_page_labels_the_tab(app_server, page_of) -> None:
     page = page_of("zh-CN", editable=False)
     # The page speaks Chinese once its load event has run: the tab's texts follow from there.
     page.wait_for_function("(text) => document.querySelector('#start').innerText.trim() === text", arg=translate("button.start", "zh-CN"), timeout=UI_TIMEOUT_MS)
-    page.locator("button[role=tab]:has-text('%s')" % translate("tab.chat", "zh-CN")).first.click()
+    page.locator("button[role=tab]:has-text('{}')".format(translate("tab.chat", "zh-CN"))).first.click()
     page.wait_for_selector("#chat-load", timeout=UI_TIMEOUT_MS)
     page.wait_for_function("(t) => document.querySelector('#chat-load').innerText.trim() === t", arg=translate("chat.load", "zh-CN"), timeout=UI_TIMEOUT_MS)
     for element_id, key in (("chat-unload", "chat.unload"), ("chat-send", "chat.send"), ("chat-clear", "chat.clear")):

@@ -744,7 +744,10 @@ def test_the_runs_table_sorts_durations_as_numbers(server_with_three_runs, chrom
         column_js = "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0).findIndex(t => t.innerText.includes(header))"
         page.wait_for_function(f"(header) => ({column_js})(header) >= 0", arg=header, timeout=UI_TIMEOUT_MS)
         column = page.evaluate(column_js, header)
-        rates_js = f"() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.getBoundingClientRect().height > 0).map(r => r.children[{column}]?.innerText.split(/\\s+/).join(' ').trim()).filter(t => t)"
+        rates_js = (
+            "() => [...document.querySelectorAll('#runs-table tbody tr')].filter(r => r.getBoundingClientRect().height > 0)"
+            f".map(r => r.children[{column}]?.innerText.split(/\\s+/).join(' ').trim()).filter(t => t)"
+        )
         page.wait_for_function(f"() => ({rates_js})().length >= 3", timeout=UI_TIMEOUT_MS)
         # Gradio's column menu: the header's ⋮ button, then "Sort ascending" (Gradio's own
         # words, in the browser's language). The menu can miss a click made while the table
@@ -753,7 +756,8 @@ def test_the_runs_table_sorts_durations_as_numbers(server_with_three_runs, chrom
 
         def menu_open() -> bool:
             page.evaluate(
-                "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0 && t.innerText.includes(header))[0].querySelector('.cell-menu-button').click()",
+                "(header) => [...document.querySelectorAll('#runs-table th')].filter(t => t.getBoundingClientRect().height > 0 && t.innerText.includes(header))[0]"
+                ".querySelector('.cell-menu-button').click()",
                 header,
             )
             try:

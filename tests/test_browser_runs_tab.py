@@ -61,7 +61,8 @@ RECORD_JS = """() => {
         const marks = loss && loss.layout ? (loss.layout.annotations || []).map(a => [a.x, a.text]) : [];
         const memory = document.querySelector('#memory-chart .js-plotly-plot');
         const used = memory && memory.data && memory.data[0] ? Array.from(memory.data[0].y || []) : [];
-        const sample = {t: Math.round(performance.now()), text, last: x.length ? x[x.length - 1] : null, marks: JSON.stringify(marks), gaps: used.filter(v => v === null).length, readings: used.length};
+        const sample = {t: Math.round(performance.now()), text, last: x.length ? x[x.length - 1] : null, marks: JSON.stringify(marks),
+                        gaps: used.filter(v => v === null).length, readings: used.length};
         const before = record[record.length - 1];
         if (!before || ['text', 'last', 'marks', 'gaps', 'readings'].some(k => before[k] !== sample[k])) record.push(sample);
     };
@@ -281,7 +282,8 @@ def click_cell(page, text: str) -> None:
 
 def shown(page, selector: str) -> bool:
     return page.evaluate(
-        "(sel) => { const e = document.querySelector(sel); if (!e) return false; const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 && e.checkVisibility({checkVisibilityCSS: true}); }",
+        "(sel) => { const e = document.querySelector(sel); if (!e) return false; const r = e.getBoundingClientRect();"
+        " return r.width > 0 && r.height > 0 && e.checkVisibility({checkVisibilityCSS: true}); }",
         selector,
     )
 
@@ -313,7 +315,8 @@ def test_the_runs_table_fits_a_1200_pixel_window_and_a_runs_details_open_when_ch
         # list, or clicked in the table.
         choose(page, made_runs["resumed"])
         details = wait_for_text(page, "#runs-details", translate("runs.details", locale))
-        for column, value in (("kind", translate("eval.kind.train", locale)), ("preset", "cpu-demo"), ("model", "/models/tiny"), ("length", translate("runs.length_steps", locale, steps=30)), ("steps", "30 / 30")):
+        length = translate("runs.length_steps", locale, steps=30)
+        for column, value in (("kind", translate("eval.kind.train", locale)), ("preset", "cpu-demo"), ("model", "/models/tiny"), ("length", length), ("steps", "30 / 30")):
             label = translate(f"eval.column.{column}" if column == "kind" else f"runs.column.{column}", locale)
             assert re.search(rf"{re.escape(label)}\s+{re.escape(value)}", folded(details)), f"{label}: {value} not in {details!r}"
         click_cell(page, LONG_NAME)

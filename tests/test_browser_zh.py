@@ -128,7 +128,10 @@ def write_failed_run(runs_dir: Path) -> None:
     state = RunState(id=FAILED_RUN_ID, name="oom-zh", created="2024-01-01T00:00:00+00:00", preset="cpu-demo", model="/models/demo", state="failed", exit_code=1, started_at=now - 60, ended_at=now)
     (run_dir / STATE_FILE).write_text(json.dumps(state.to_json()), encoding="utf-8")
     (run_dir / LOG_FILE).write_text("Traceback (most recent call last):\ntorch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n", encoding="utf-8")
-    points = [{"current_steps": step, "total_steps": 10, "loss": loss, "lr": 1e-4, "epoch": step / 10, "percentage": step * 10, "elapsed_time": "0:00:10", "remaining_time": "0:01:00"} for step, loss in ((1, 2.5), (2, 2.4), (3, "NaN"))]
+    points = [
+        {"current_steps": step, "total_steps": 10, "loss": loss, "lr": 1e-4, "epoch": step / 10, "percentage": step * 10, "elapsed_time": "0:00:10", "remaining_time": "0:01:00"}
+        for step, loss in ((1, 2.5), (2, 2.4), (3, "NaN"))
+    ]
     (run_dir / OUTPUT_DIR / TRAINER_LOG).write_text("\n".join(json.dumps(p) for p in points) + "\n", encoding="utf-8")
 
 

@@ -102,7 +102,7 @@ def test_the_smoothed_loss_equals_smooth_of_the_whole_series() -> None:
     losses = [float(p.loss) for p in series.points if p.loss is not None]
     assert [key(v) for v in series.smoothed() if v is not None] == [key(v) for v in smooth(losses)]
     # And what the chart draws of it: the smoothed value of each drawn point.
-    expected = dict(zip([p.step for p in series.points if p.loss is not None], smooth(losses)))
+    expected = dict(zip([p.step for p in series.points if p.loss is not None], smooth(losses), strict=True))
     assert all(key(e[3]) == key(expected[e[1]]) for e in series.chart()["loss"])
 
 
@@ -171,8 +171,8 @@ def test_a_resume_into_the_recent_points_of_a_thinned_series() -> None:
     assert len(chart["loss"]) <= 600
     # The smoothing goes on over every point that arrived, the thinned ones included.
     arrived = [float(s % 7) for s in range(1, 4_950)] + [0.5] * 150
-    expected = dict(zip(range(1, 5_100), smooth(arrived)))
-    assert all(v == expected[p.step] for p, v in zip(series.points, series.smoothed()))
+    expected = dict(zip(range(1, 5_100), smooth(arrived), strict=True))
+    assert all(v == expected[p.step] for p, v in zip(series.points, series.smoothed(), strict=True))
     assert all(e[3] == expected[e[1]] for e in chart["loss"])
 
 

@@ -151,7 +151,14 @@ CASES: list[tuple[str, Override, str, bool, str, str]] = [
     ("dataset-not-listed", v(dataset="demo2"), "rx7900xtx", True, "dataset", "dataset-not-in-info"),
     ("dataset-file-missing", lambda a: {"dataset_dir": a.dataset("d3", '{"demo": {"file_name": "gone.json"}}')}, "rx7900xtx", True, "dataset", "dataset-file-missing"),
     ("dataset-file-broken", lambda a: {"dataset_dir": a.dataset("d4", '{"demo": {"file_name": "d.json"}}', {"d.json": "[{"})}, "rx7900xtx", True, "dataset", "dataset-file-unreadable"),
-    ("dataset-jsonl-broken", lambda a: {"dataset_dir": a.dataset("d5", '{"demo": {"file_name": "d.jsonl"}}', {"d.jsonl": '{"a": 1}\n{broken\n'})}, "rx7900xtx", True, "dataset", "dataset-file-unreadable"),
+    (
+        "dataset-jsonl-broken",
+        lambda a: {"dataset_dir": a.dataset("d5", '{"demo": {"file_name": "d.jsonl"}}', {"d.jsonl": '{"a": 1}\n{broken\n'})},
+        "rx7900xtx",
+        True,
+        "dataset",
+        "dataset-file-unreadable",
+    ),
     ("dataset-hub-offline", lambda a: {"dataset_dir": a.dataset("d6", '{"demo": {"hf_hub_url": "tatsu-lab/alpaca"}}')}, "rx7900xtx", True, "dataset", "dataset-hub-offline"),
     ("bf16-on-rdna2", v(precision="bf16"), "rx6900xt", True, "precision", "bf16-unsupported"),
     ("bad-precision", v(precision="bf17"), "rx7900xtx", True, "precision", "bad-choice"),
@@ -170,7 +177,13 @@ CASES: list[tuple[str, Override, str, bool, str, str]] = [
     ("run-name-dash", v(run_name="-rf"), "rx7900xtx", True, "run_name", "run-name-unsafe"),
     (
         "memory",
-        lambda a: {"model_path": str(make_model_dir(a.root / "big", {**TINY_LLAMA, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256}))},
+        lambda a: {
+            "model_path": str(
+                make_model_dir(
+                    a.root / "big", {**TINY_LLAMA, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256}
+                )
+            )
+        },
         "rx7900xtx",
         True,
         "memory",

@@ -409,7 +409,7 @@ def test_two_nodes_on_loopback_train_one_model(launcher, tmp_path, demo_assets):
     ended = wait_for(lambda: all(not store.read(r).active for r in runs), timeout=300, interval=0.5)
     logs = [(store.run_dir(r) / LOG_FILE).read_text(errors="replace") for r in runs]
     assert ended, "the two-node run did not end in time\n" + "\n---\n".join(log[-2000:] for log in logs)
-    for run_id, log in zip(runs, logs):
+    for run_id, log in zip(runs, logs, strict=True):
         state = store.read(run_id)
         assert (state.state, state.exit_code) == ("finished", 0), log[-3000:]
     assert "Multi-node training enabled: num nodes: 2, node rank: 1" in logs[1]

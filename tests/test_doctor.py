@@ -341,9 +341,10 @@ def test_gather_facts_from_a_fake_sysfs(tmp_path: Path) -> None:
         tmp_path / "class/kfd/kfd/topology/nodes/1/properties",
         "cpu_cores_count 0\nsimd_count 80\ngfx_target_version 100301\nlocation_id 768\ndomain 0\ndrm_render_minor 128\n",
     )
-    probe = lambda: {"torch": {"version": "2.7.1+rocm6.4.1", "hip_version": "6.4", "arch_list": list(ROCM_ARCHS),
-                               "gpus": [{"index": 0, "name": "AMD Radeon RX 6700 XT", "gfx_target": "gfx1030",
-                                         "total_memory_bytes": 12 * GIB}]}}
+    def probe() -> dict:
+        gpu = {"index": 0, "name": "AMD Radeon RX 6700 XT", "gfx_target": "gfx1030", "total_memory_bytes": 12 * GIB}
+        return {"torch": {"version": "2.7.1+rocm6.4.1", "hip_version": "6.4", "arch_list": list(ROCM_ARCHS), "gpus": [gpu]}}
+
     facts = gather_facts(sysfs_root=tmp_path, env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0", "PATH": "/usr/bin"}, probe=probe)
     assert facts.pci_gpus == (PciGpu("0000:03:00.0", "amd"),)
     assert facts.kfd_gpus is not None and [g.gfx for g in facts.kfd_gpus] == ["gfx1031"]

@@ -64,7 +64,16 @@ TABLE_TOLERANCE = 0.20
 # Measured on the project's 2-core CPU machine: peak RSS growth over one warmed-up process during
 # two AdamW steps of a random Llama (hidden 1024, 8 layers, 16 heads / 4 kv, vocab 32000, 156M
 # parameters) in fp32, batch 1 x 512 tokens (script in docs/estimate.md).
-MEASURED_SHAPE = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+MEASURED_SHAPE = {
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+}
 MEASURED_PEAK = [
     # (finetuning type, gradient checkpointing, flash_attn, bytes)
     ("full", False, "sdpa", 3_168_718_848),

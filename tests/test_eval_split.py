@@ -160,7 +160,9 @@ def test_a_count_beyond_the_datasets_rows_is_a_problem_when_the_rows_are_known(t
 def test_a_tracker_that_is_not_installed_is_a_problem_naming_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     installed: set[str] = set()
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name in installed else (None if name in ("tensorboard", "tensorboardX", "wandb", "mlflow", "swanlab") else real(name, *a)))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name in installed else (None if name in ("tensorboard", "tensorboardX", "wandb", "mlflow", "swanlab") else real(name, *a))
+    )
     for tracker, package in (("tensorboard", "tensorboard"), ("wandb", "wandb"), ("mlflow", "mlflow"), ("swanlab", "swanlab")):
         found = rules(config_of(report_to=tracker))["report-to-not-installed"]
         assert found.severity == "problem" and found.patch == {"report_to": "none"}

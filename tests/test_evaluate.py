@@ -194,11 +194,11 @@ def test_a_real_evaluation_stores_predictions_and_scores_shown_in_the_runs_table
     # The runs table: the evaluation's row says so and has the scores; the trained run's row
     # shows the scores of its latest finished evaluation.
     summaries = summarize_runs(board.store)
-    rows = {row[0]: dict(zip(HISTORY_HEADERS, row)) for row in summaries_table(summaries)}
+    rows = {row[0]: dict(zip(HISTORY_HEADERS, row, strict=True)) for row in summaries_table(summaries)}
     assert rows[eval_id]["Kind"] == "evaluation" and rows[source]["Kind"] == "training"
     assert rows[eval_id][translate("eval.column.scores", "en")] == rows[source][translate("eval.column.scores", "en")] == format_scores(scores)
     assert rows[eval_id]["Dataset"] == "demo-sample" and rows[eval_id]["Learning rate"] == ""
-    values = {s.id: dict(zip(HISTORY_HEADERS, v)) for s, v in zip(summaries, summaries_sort_values(summaries))}
+    values = {s.id: dict(zip(HISTORY_HEADERS, v, strict=True)) for s, v in zip(summaries, summaries_sort_values(summaries), strict=True)}
     assert values[eval_id][translate("eval.column.scores", "en")] == pytest.approx(scores.bleu4)
     zh = {row[0]: row for row in summaries_table(summaries, "zh-CN")}
     assert zh[eval_id][HISTORY_HEADERS.index("Kind")] == "评估"

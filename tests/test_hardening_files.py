@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -369,7 +370,7 @@ def test_an_overlay_curve_of_a_huge_log_is_sampled(tmp_path: Path) -> None:
     curve = history.read_curve(path)
     assert 1000 < len(curve) <= 20_000
     assert curve[0].step < 1000 and curve[-1].step > 299_000
-    assert all(a.step < b.step for a, b in zip(curve, curve[1:]))
+    assert all(a.step < b.step for a, b in pairwise(curve))
 
 
 @pytest.mark.timeout(300)

@@ -23,7 +23,10 @@ from backend.runs.logs import TRAINER_LOG
 
 
 def log_text(steps, total, loss=lambda s: 5.0 - s / 100, final=True) -> str:
-    lines = [json.dumps({"current_steps": s, "total_steps": total, "loss": loss(s), "lr": 1e-4, "epoch": s / 10, "percentage": s / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:01"}) for s in steps]
+    lines = [
+        json.dumps({"current_steps": s, "total_steps": total, "loss": loss(s), "lr": 1e-4, "epoch": s / 10, "percentage": s / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:01"})
+        for s in steps
+    ]
     if final:  # LLaMA-Factory's last line: the last step again, without a loss
         lines.append(json.dumps({"current_steps": steps[-1], "total_steps": total, "epoch": 1.0, "percentage": 100, "elapsed_time": "0:00:09", "remaining_time": "0:00:00"}))
     return "\n".join(lines) + "\n"
@@ -130,7 +133,7 @@ def test_table_rows_match_the_headers(store):
     add_run(store, "done", "finished", log_text(list(range(1, 31)), 30), started_at=100.0, ended_at=165.0)
     rows = summaries_table(summarize_runs(store))
     assert len(rows) == 1 and len(rows[0]) == len(HISTORY_HEADERS)
-    row = dict(zip(HISTORY_HEADERS, rows[0]))
+    row = dict(zip(HISTORY_HEADERS, rows[0], strict=True))
     assert row["Name"] == "done" and row["Model"] == "demo/model" and row["State"] == "finished"
     assert row["Steps"] == "30 / 30" and row["Last loss"] == "4.7000" and row["Duration"] == "1m 05s"
     assert len(row["Started"]) == len("2026-01-01 00:00")
@@ -192,8 +195,6 @@ def test_overlay_of_a_resumed_run_draws_each_step_once(store):
     assert line["y"][28] < line["y"][9] and line["y"][28] < 2.0
 
 
-
-
 def test_table_shows_learning_rate_length_dataset_and_best_eval_loss(store):
     log = log_text([1, 2, 3, 4], 4, final=False)
     log += json.dumps({"current_steps": 2, "total_steps": 4, "eval_loss": 2.5, "epoch": 0.5}) + "\n"
@@ -201,17 +202,17 @@ def test_table_shows_learning_rate_length_dataset_and_best_eval_loss(store):
     run_id = add_run(store, "tuned", "finished", log, started_at=0.0, ended_at=10.0)
     run_dir = store.run_dir(run_id)
     (run_dir / "config.yaml").write_text("learning_rate: 2.0e-05\nnum_train_epochs: 3.0\nmax_steps: 0\ndataset: alpaca_en,my_data\n")
-    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0], strict=True))
     assert row["Learning rate"] == "2e-05" and row["Epochs / max steps"] == "3 epochs"
     assert row["Dataset"] == "alpaca_en,my_data" and row["Best eval loss"] == "2.2500"
-    assert dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store), "zh-CN")[0]))["Epochs / max steps"] == "3 轮"
+    assert dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store), "zh-CN")[0], strict=True))["Epochs / max steps"] == "3 轮"
 
     # max_steps > 0 overrides the epochs; an eval loss appended later is found (the log grew).
     (run_dir / "config.yaml").write_text("learning_rate: 0.0001\nnum_train_epochs: 3.0\nmax_steps: 200\ndataset: demo\n")
     with open(run_dir / OUTPUT_DIR / TRAINER_LOG, "a") as handle:
         handle.write(json.dumps({"current_steps": 5, "total_steps": 4, "eval_loss": 1.5}) + "\n")
         handle.write('{"current_steps": 6, "eval_loss": 0.1')  # still being written: not read yet
-    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0], strict=True))
     assert row["Learning rate"] == "0.0001" and row["Epochs / max steps"] == "200 steps" and row["Dataset"] == "demo"
     assert row["Best eval loss"] == "1.5000"
 
@@ -221,7 +222,7 @@ def test_settings_fall_back_to_the_form_and_a_run_without_eval_has_no_best(store
     run_dir = store.run_dir(run_id)
     (run_dir / "config.yaml").write_text("- not a mapping\n")
     (run_dir / "form.json").write_text(json.dumps({"learning_rate": 0.001, "num_train_epochs": 1, "max_steps": 0, "dataset": "demo_data"}))
-    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0]))
+    row = dict(zip(HISTORY_HEADERS, summaries_table(summarize_runs(store))[0], strict=True))
     assert (row["Learning rate"], row["Epochs / max steps"], row["Dataset"], row["Best eval loss"]) == ("0.001", "1 epochs", "demo_data", "")
 
 
@@ -240,7 +241,7 @@ def test_cells_sort_by_numbers_where_the_table_shows_numbers(store):
     summaries = summarize_runs(store)
     shown, values = summaries_table(summaries), summaries_sort_values(summaries)
     assert len(values[0]) == len(shown[0]) == len(HISTORY_HEADERS)
-    value = dict(zip(HISTORY_HEADERS, values[0]))
+    value = dict(zip(HISTORY_HEADERS, values[0], strict=True))
     assert value["Steps"] == 30 and value["Last loss"] == pytest.approx(4.7) and value["Duration"] == pytest.approx(65.0)
     assert value["Name"] is None and value["State"] is None  # the shown words sort right
     # A NaN loss is shown as "nan" but sorts as no value (JSON has no NaN).
@@ -259,7 +260,7 @@ def test_the_table_shows_its_columns_and_the_details_every_column_escaped(store)
     (store.run_dir(run_id) / "config.yaml").write_text("dataset: '[x](javascript:alert(1))'\nlearning_rate: 0.0002\nmax_steps: 30\n")
     summaries = summarize_runs(store)
     headers = history_headers("zh-CN", TABLE_COLUMNS)
-    row = dict(zip(headers, summaries_table(summaries, "zh-CN", TABLE_COLUMNS)[0]))
+    row = dict(zip(headers, summaries_table(summaries, "zh-CN", TABLE_COLUMNS)[0], strict=True))
     assert list(row) == ["运行", "名称", "状态", "运行位置", "最新损失", "最佳验证损失", "分数（BLEU-4 · ROUGE-L）", "时长", "开始时间"]
     assert row["状态"] == "已完成（第 2 次尝试）" and row["时长"] == format_duration(75, "zh-CN")
 

@@ -539,7 +539,7 @@ def _page_keys_and_labels() -> tuple[dict[str, str], set[str]]:
 
     keys: dict[str, str] = {}
     literal_labels: set[str] = set()
-    key_pattern = re.compile(r"^(%s)[A-Za-z0-9_.-]+$" % "|".join(re.escape(p) for p in KEY_PREFIXES))
+    key_pattern = re.compile(r"^({})[A-Za-z0-9_.-]+$".format("|".join(re.escape(p) for p in KEY_PREFIXES)))
     for path in PAGE_SOURCES:
         if not path.exists():
             continue

@@ -5,7 +5,10 @@ from backend.runs.logs import JsonlTail, MetricSeries, parse_metric
 
 
 def line(step, loss=1.0, total=30):
-    return json.dumps({"current_steps": step, "total_steps": total, "loss": loss, "lr": 1e-3, "epoch": 0.1, "percentage": step / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:09"}) + "\n"
+    return (
+        json.dumps({"current_steps": step, "total_steps": total, "loss": loss, "lr": 1e-3, "epoch": 0.1, "percentage": step / total * 100, "elapsed_time": "0:00:01", "remaining_time": "0:00:09"})
+        + "\n"
+    )
 
 
 def test_yields_each_record_once(tmp_path):

@@ -96,8 +96,8 @@ def test_the_memory_chart_breaks_between_attempts_and_where_nothing_was_measured
     board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
     figure = charts_of(board.snapshot(state.id))["memory"]
     used = figure["data"][0]
-    gaps = [x for x, y in zip(used["x"], used["y"]) if y is None]
-    assert gaps == [8.0, 12 + MEMORY_GAP_S + 5], list(zip(used["x"], used["y"]))
+    gaps = [x for x, y in zip(used["x"], used["y"], strict=True) if y is None]
+    assert gaps == [8.0, 12 + MEMORY_GAP_S + 5], list(zip(used["x"], used["y"], strict=True))
     assert [a["text"] for a in figure["layout"]["annotations"]] == ["attempt 2"]
     assert [s["x0"] for s in figure["layout"]["shapes"]] == [8.0]
     loss = charts_of(board.snapshot(state.id), "zh-CN")["loss"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend.config import schema
-from backend.config.distributed import form_from_saved, parse_plan_form, saved_form
+from backend.config.distributed import parse_plan_form
 from backend.config.placement import (
     SBATCH_EXTRA_OPTIONS,
     LocalPlacement,
@@ -22,6 +22,7 @@ from backend.config.placement import (
     placement_to_form,
     plan_on_slurm,
 )
+from backend.config.run_form import form_from_saved, saved_form
 from backend.findings import has_problems
 from backend.i18n import CATALOGUE
 from backend.service import RocBoard, demo_form
@@ -293,7 +294,8 @@ def test_the_batch_script_asks_for_what_the_form_says_and_bash_reads_it(tmp_path
     script = batch_script(run_dir, run_dir.name, placement, workers_per_node=8, python="/opt/rb/.venv/bin/python")
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
-    for expected in ("--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--cpus-per-task=32", "--mem=256G", "--time=1-00:00:00", "--partition=gpu", "--account=proj", "--qos=high", f"--signal=USR1@{PRE_TIMEOUT_S}"):
+    resources = ("--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--cpus-per-task=32", "--mem=256G", "--time=1-00:00:00")
+    for expected in (*resources, "--partition=gpu", "--account=proj", "--qos=high", f"--signal=USR1@{PRE_TIMEOUT_S}"):
         assert f"#SBATCH {expected}" in lines
     srun = shlex.split(lines[-1])
     assert srun[:2] == ["srun", "--nodes=2"] and "--cpus-per-task=32" in srun and srun[-3:] == ["/opt/rb/.venv/bin/python", str(NODE_TASK), str(run_dir)]

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -155,7 +156,7 @@ def test_a_start_while_a_run_trains_queues_it_and_the_queue_runs_in_its_order(tm
     ids = [first.run.id, third.run.id, second.run.id]
     wait_until(lambda: all(board.store.read(i).state == "finished" for i in ids), 300, interval=0.5, what="the three runs to finish")
     states = [board.store.read(i) for i in ids]
-    for before, after in zip(states, states[1:]):
+    for before, after in pairwise(states):
         assert before.ended_at <= after.started_at  # one after the other, in the queue's order
     assert board.queued_runs() == [] and json.loads((board.store.root / QUEUE_FILE).read_text()) == []
 
@@ -210,7 +211,7 @@ def test_three_queued_runs_survive_a_restart_finish_in_order_and_a_cancelled_one
         wait_until(lambda: all(store.read(i).state == "finished" for i in order[1:]), 600, interval=1.0, what="every queued run to finish")
         assert store.read(ids["training"]).state == "stopped"
         states = [store.read(i) for i in order]
-        for before, after in zip(states, states[1:]):
+        for before, after in pairwise(states):
             assert before.ended_at <= after.started_at
         never = store.read(ids["cancelled"])
         assert (never.state, never.stop_reason, never.pid, never.started_at) == ("stopped", "reason.cancelled_in_queue", None, None)

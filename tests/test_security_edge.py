@@ -117,7 +117,13 @@ def test_split_host(host: str, expected) -> None:
 
 @pytest.mark.parametrize(
     ("origin", "host"),
-    [(None, "127.0.0.1:7860"), ("http://127.0.0.1:7860", "127.0.0.1:7860"), ("http://[::1]:7860", "[::1]:7860"), ("https://rocboard.example", "rocboard.example"), ("http://LOCALHOST:7860", "localhost:7860")],
+    [
+        (None, "127.0.0.1:7860"),
+        ("http://127.0.0.1:7860", "127.0.0.1:7860"),
+        ("http://[::1]:7860", "[::1]:7860"),
+        ("https://rocboard.example", "rocboard.example"),
+        ("http://LOCALHOST:7860", "localhost:7860"),
+    ],
 )
 def test_the_pages_own_origin_is_allowed(origin, host) -> None:
     assert origin_allowed(origin, host)
@@ -159,7 +165,19 @@ def test_a_redirect_on_the_site_stays(location: str) -> None:
     assert same_site_location("https://board.example/", "127.0.0.1:7860", frozenset({"board.example"}))  # behind a listed proxy
 
 
-OFF_SITE = ["http://evil.example/", "https://evil.example", "//evil.example/x", "/\\evil.example", "\\\\evil.example", "http:evil.example", "https:/evil.example", "javascript:alert(1)", "\thttp://evil.example", "http://127.0.0.1:7861/", "data:text/html,x"]
+OFF_SITE = [
+    "http://evil.example/",
+    "https://evil.example",
+    "//evil.example/x",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "http:evil.example",
+    "https:/evil.example",
+    "javascript:alert(1)",
+    "\thttp://evil.example",
+    "http://127.0.0.1:7861/",
+    "data:text/html,x",
+]
 
 
 @hostile
@@ -514,7 +532,9 @@ def test_claim_makes_private_folders_named_after_this_process(tmp_path: Path) ->
 # --- real servers ----------------------------------------------------------------------------------
 
 
-def request(port: int, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b"", chunks: list[bytes] | None = None, send_body: bool = True, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
+def request(
+    port: int, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b"", chunks: list[bytes] | None = None, send_body: bool = True, timeout: float = 30
+) -> tuple[int, dict[str, str], bytes]:
     """One raw HTTP/1.1 request: Host as given (or 127.0.0.1:PORT), a body that may be chunked or
     announced but never sent; (status, headers, body) of the answer."""
     headers = dict(headers or {})
@@ -714,7 +734,9 @@ ANONYMOUS_REFUSED = [
 @hostile
 @pytest.mark.parametrize(("method", "path"), ANONYMOUS_REFUSED, ids=[p for _, p in ANONYMOUS_REFUSED])
 def test_an_anonymous_client_gets_401_and_nothing_else(login_server, method: str, path: str) -> None:
-    status, _, body = request(login_server.port, method, path, {"Content-Type": "application/json"}, body=b'{"session_hash": "x", "fn_index": 0, "event_id": "x"}' if method == "POST" else b"", timeout=10)
+    status, _, body = request(
+        login_server.port, method, path, {"Content-Type": "application/json"}, body=b'{"session_hash": "x", "fn_index": 0, "event_id": "x"}' if method == "POST" else b"", timeout=10
+    )
     assert status == 401 and body == b"Login required.\n"
 
 

@@ -169,7 +169,19 @@ def test_test_only_says_when_and_where_it_would_start():
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("30", 1800), ("30:00", 1800), ("1:30", 90), ("04:00:00", 14400), ("2-12", 216000), ("2-12:30", 217800), ("2-00:00:00", 172800), ("UNLIMITED", None), ("INFINITE", None), ("Partition_Limit", None), ("1:00", 60)],
+    [
+        ("30", 1800),
+        ("30:00", 1800),
+        ("1:30", 90),
+        ("04:00:00", 14400),
+        ("2-12", 216000),
+        ("2-12:30", 217800),
+        ("2-00:00:00", 172800),
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        ("Partition_Limit", None),
+        ("1:00", 60),
+    ],
 )
 def test_slurm_times(text, seconds):
     assert parse.parse_time_limit(text) == seconds

@@ -302,7 +302,7 @@ def test_the_static_list_matches_the_installed_llamafactory(lf: dict[str, Any]) 
 
 
 def test_the_exported_yaml_passes_llamafactorys_parser_and_creates_nothing(lf: dict[str, Any], assets: dict[str, Path]) -> None:
-    for result, config in zip(lf["answer"]["results"][:2], lf["configs"][:2]):
+    for result, config in zip(lf["answer"]["results"][:2], lf["configs"][:2], strict=True):
         assert findings_from_result(result, config) == []
     assert not (assets["root"] / "lf-out").exists()
 

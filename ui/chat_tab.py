@@ -39,7 +39,9 @@ def build_chat_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         with gr.Column():
             # User and model text is never HTML: markdown off, every message escaped
             # (backend/chat/view.py `shown`), and Gradio's sanitizer on as well.
-            adapter_chat = texts.label(gr.Chatbot(type="messages", label=texts("chat.adapter_column"), elem_id="chat-adapter", render_markdown=False, sanitize_html=True, height=420), "chat.adapter_column")
+            adapter_chat = texts.label(
+                gr.Chatbot(type="messages", label=texts("chat.adapter_column"), elem_id="chat-adapter", render_markdown=False, sanitize_html=True, height=420), "chat.adapter_column"
+            )
         with gr.Column(visible=False) as base_column:
             base_chat = texts.label(gr.Chatbot(type="messages", label=texts("chat.base_column"), elem_id="chat-base", render_markdown=False, sanitize_html=True, height=420), "chat.base_column")
     with gr.Row(equal_height=True):

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from backend.data.dataset_file import LAYOUTS, roles_of
+from backend.data.layout import LAYOUTS, roles_of
 from backend.i18n import translate
 from backend.service import RocBoard
 from backend.service.data_desk import DataPreview, MappingForm
@@ -57,7 +57,9 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
                     for role in ROLES
                 }
                 with gr.Row(visible=False) as tag_row:
-                    tag_boxes = {tag: texts.label(gr.Textbox(label=texts(f"datatab.tag.{tag}"), elem_id=f"data-{tag.replace('_', '-')}", min_width=100, max_length=64), f"datatab.tag.{tag}") for tag in TAGS}
+                    tag_boxes = {
+                        tag: texts.label(gr.Textbox(label=texts(f"datatab.tag.{tag}"), elem_id=f"data-{tag.replace('_', '-')}", min_width=100, max_length=64), f"datatab.tag.{tag}") for tag in TAGS
+                    }
                 remap_button = texts.value(gr.Button(texts("datatab.remap"), elem_id="data-remap"), "datatab.remap")
             with gr.Row():
                 name_box = texts.label(gr.Textbox(label=texts("datatab.name"), elem_id="data-name", max_length=64), "datatab.name")
@@ -81,8 +83,8 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     mapping_inputs = [layout, *role_boxes.values(), *tag_boxes.values()]
 
     def choices_of(layout_value: str | None, *values: Any) -> MappingForm:
-        columns = dict(zip(ROLES, values[: len(ROLES)]))
-        tags = dict(zip(TAGS, values[len(ROLES) :]))
+        columns = dict(zip(ROLES, values[: len(ROLES)], strict=True))
+        tags = dict(zip(TAGS, values[len(ROLES) :], strict=True))
         return MappingForm(layout_value, columns, tags)
 
     def mapping_updates(shown: DataPreview) -> list[Any]:
@@ -175,7 +177,7 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def on_measure(name: str | None, locale: str, *values: Any):
         if not name:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
-        lengths = board.data.measure(name, dict(zip(ALL_FIELDS, values)), locale)
+        lengths = board.data.measure(name, dict(zip(ALL_FIELDS, values, strict=True)), locale)
         return lengths.findings, lengths.summary, plot(lengths.figure), lengths.example
 
     # A dataset just added (or found already there) is measured at once with the Train form's
@@ -188,7 +190,7 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         the preset's defaults for the rest of the run's settings (RocBoard.form_for_dataset)."""
         if not name:
             return [board.data.none_picked(locale), gr.skip(), *[gr.skip()] * len(train.open_outputs)]
-        form = board.form_for_dataset(name, dict(zip(ALL_FIELDS, values)))
+        form = board.form_for_dataset(name, dict(zip(ALL_FIELDS, values, strict=True)))
         opened = train.edit_form(form, run_id, locale, board.data.use_notice(name, locale), from_run=False)
         # The form trains on this dataset: the pick beside the dataset field says so.
         opened[train.open_outputs.index(train.dataset_pick)] = gr.update(choices=board.data.names(), value=name, interactive=True)

@@ -107,7 +107,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
 
     def loaded_form(preset_id: str, values: tuple) -> dict[str, Any]:
         """The form as it is, with the preset the YAML is judged against."""
-        return {**dict(zip(ALL_FIELDS, values)), "preset": preset_id}
+        return {**dict(zip(ALL_FIELDS, values, strict=True)), "preset": preset_id}
 
     def on_load(text: str, run_id: str | None, locale: str, preset_id: str, *values: Any):
         """The YAML becomes a new run's form: what it sets, the preset's defaults for what it
@@ -176,7 +176,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
     )
 
     def on_export(*values):
-        path, shell = board.export(dict(zip(ALL_FIELDS, values)))
+        path, shell = board.export(dict(zip(ALL_FIELDS, values, strict=True)))
         return str(path), shell
 
     export_button.click(on_export, [form_fields[name] for name in ALL_FIELDS], [export_file, export_shell])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from backend.config import NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, schema, shown
 from backend.config.schema import SBATCH_EXTRA_MAX_LINES
@@ -63,7 +63,7 @@ class SlurmPlacement:
             return None
 
 
-Placement = Union[LocalPlacement, SlurmPlacement]
+Placement = LocalPlacement | SlurmPlacement
 
 # A partition, account, QOS or reservation name as Slurm allows them in practice.
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
@@ -259,7 +259,8 @@ def parse_sbatch_lines(text: str) -> tuple[tuple[tuple[str, str], ...], list[Fin
             findings.append(Finding.of("slurm_extra", "sbatch-option-value", number=number, option=f"--{name}", value=shown(value, 60)))
             continue
         if value and name in _HOSTLIST_OPTIONS and "/" in value:
-            findings.append(Finding.of("slurm_extra", "sbatch-option-value", message="sbatch-option-file", number=number, option=f"--{name}", value=shown(value, 60), example=SBATCH_VALUE_EXAMPLES[name]))
+            example = SBATCH_VALUE_EXAMPLES[name]
+            findings.append(Finding.of("slurm_extra", "sbatch-option-value", message="sbatch-option-file", number=number, option=f"--{name}", value=shown(value, 60), example=example))
             continue
         if value:
             fits, example = SBATCH_VALUE_SHAPES[name]

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from backend.data import dataset_file
-from backend.data.dataset_file import DEFAULT_MAX_BYTES, KEY, ColumnMapping, Inspection, inspect_dataset
+from backend.data.dataset_file import DEFAULT_MAX_BYTES, KEY, Inspection, inspect_dataset
+from backend.data.layout import ColumnMapping
 from backend.findings import Finding
 from backend.i18n import Message
 
@@ -78,7 +79,9 @@ def inspect_bounded(path: Path, shown_name: str, mapping: ColumnMapping | None =
     finally:
         os.close(read_end)
         status = _reap(pid)
-    refused = lambda finding: Inspection(path, "", 0, (), (), (), mapping, (finding,))
+    def refused(finding: Finding) -> Inspection:
+        return Inspection(path, "", 0, (), (), (), mapping, (finding,))
+
     if timed_out:
         return refused(Finding.of(KEY, "data-read-timeout", file=shown_name, seconds=f"{READ_TIMEOUT_S:g}"))
     try:

@@ -127,7 +127,7 @@ def _answer_to_findings(answer: dict[str, Any], configs: list[dict[str, Any]], s
         error = answer.get("error", {})
         finding = Finding.of(GENERAL_KEY, "lf-import-failed", error=f"{error.get('type')}: {str(error.get('message'))[:300]}")
         return WorkerAnswer([[finding] for _ in configs], seconds, None)
-    per_config = [findings_from_result(result, config) for result, config in zip(answer["results"], configs)]
+    per_config = [findings_from_result(result, config) for result, config in zip(answer["results"], configs, strict=True)]
     return WorkerAnswer(per_config, seconds, answer.get("import_s"))
 
 

@@ -124,10 +124,10 @@ def diagnose_amd_smi(stdout: str, stderr: str) -> SourceStatus | None:
     lowered = both.lower()
     if any(s in lowered for s in ("driver_not_loaded", "driver not loaded", "driver not initialized",
                                   "amdgpu not found", "unable to detect any gpu", "modprobe amdgpu")):
-        line = next((l.strip() for l in both.splitlines() if "driver" in l.lower() or "gpu" in l.lower()), "")
+        line = next((ln.strip() for ln in both.splitlines() if "driver" in ln.lower() or "gpu" in ln.lower()), "")
         return SourceStatus("amd-smi", False, line or Message("telemetry.amd_smi.no_driver"), DRIVER_HINT)
     if "no_perm" in lowered or "permission denied" in lowered:
-        line = next((l.strip() for l in both.splitlines() if "perm" in l.lower()), Message("telemetry.permission_denied"))
+        line = next((ln.strip() for ln in both.splitlines() if "perm" in ln.lower()), Message("telemetry.permission_denied"))
         return SourceStatus("amd-smi", False, line, GROUPS_HINT)
     return None
 

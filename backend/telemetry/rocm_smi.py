@@ -127,10 +127,10 @@ def diagnose_rocm_smi(stdout: str, stderr: str) -> SourceStatus | None:
     """An "unavailable" status when the output says rocm-smi cannot work here, else None."""
     both = f"{stderr}\n{stdout}"
     if NO_DRIVER in both or "amdgpu not found" in both:
-        line = next((l for l in both.splitlines() if NO_DRIVER in l), NO_DRIVER)
+        line = next((ln for ln in both.splitlines() if NO_DRIVER in ln), NO_DRIVER)
         return SourceStatus("rocm-smi", False, line.replace("ERROR:root:", "").strip(), DRIVER_HINT)
     if "Permission denied" in both or "permission" in both.lower() and "ERROR" in both:
-        line = next((l.strip() for l in both.splitlines() if "ermission" in l), Message("telemetry.permission_denied"))
+        line = next((ln.strip() for ln in both.splitlines() if "ermission" in ln), Message("telemetry.permission_denied"))
         return SourceStatus("rocm-smi", False, line, GROUPS_HINT)
     return None
 
