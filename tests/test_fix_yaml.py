@@ -21,8 +21,8 @@ from backend.config.yaml_import import (
     form_load,
     import_yaml,
     load_yaml_text,
-    patch_yaml_text,
 )
+from backend.config.yaml_lines import patch_yaml_text
 from backend.i18n import CATALOGUE
 from backend.service import RocBoard, demo_form
 from backend.view import form_load_markdown
