@@ -22,7 +22,7 @@ from backend.service.data_desk import (
     suggest_name,
 )
 from ui.data_tab import ROLES, TAGS
-from ui.guard import MIB, UPLOAD_BODY_CAP, upload_body_cap
+from ui.guard.quota import MIB, UPLOAD_BODY_CAP, upload_body_cap
 from ui.serve import DEFAULT_MAX_UPLOAD_MB, parse_args
 
 

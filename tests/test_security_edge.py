@@ -1,4 +1,4 @@
-"""The web server's edge (ui/guard.py, ui/serve.py, the login file rule in backend/security/__init__.py).
+"""The web server's edge (ui/guard/, ui/serve.py, the login file rule in backend/security/__init__.py).
 
 - Host and Origin: a DNS-rebinding page (its own name in Host) and a foreign page (its own
   Origin) get nothing, a CORS preflight from one gets no echo of its origin.
@@ -31,23 +31,11 @@ import pytest
 from backend.security import AUTH_FILE_MAX_BYTES, AuthError, Credentials, read_auth_file, resolve_credentials, share_refusal
 from tests.harness import AppServer, free_port, wait_until
 from tests.test_security import run_app
-from ui.guard import (
-    EMPTY_API_INFO,
-    EdgePolicy,
-    Guard,
-    LoginBackoff,
-    UploadQuota,
-    allowed_host_names,
-    anonymous_allowed,
-    client_key,
-    host_allowed,
-    origin_allowed,
-    refused_path,
-    same_site_location,
-    split_host,
-    upload_refusal,
-    without_api_info,
-)
+from ui.guard.asgi import EdgePolicy, Guard
+from ui.guard.backoff import LoginBackoff, client_key
+from ui.guard.origin import allowed_host_names, host_allowed, origin_allowed, same_site_location, split_host
+from ui.guard.paths import EMPTY_API_INFO, anonymous_allowed, refused_path, without_api_info
+from ui.guard.quota import UploadQuota, upload_refusal
 from ui.serve import APP_DIR_PREFIX, app_dir_name, claim_app_dirs, parse_args, process_stamp, remove_stale_app_dirs
 
 hostile = pytest.mark.hostile

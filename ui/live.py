@@ -15,7 +15,7 @@ browser evaluates it in ~0.25 s where the full bundle (4.8 MB, in the plotly pac
 fallback) takes ~1.1 s on two cores, which was most of a cold page's wait for its first
 chart. It is gzipped once, cached by the browser, and fetched as the page opens.
 
-The routes sit behind the Guard (ui/guard.py): Host, Origin and the login are checked
+The routes sit behind the Guard (ui/guard/): Host, Origin and the login are checked
 before a request gets here. They answer GET and HEAD only, read a bounded query string of
 the page's own shape (any other is a 400: `parse_live_query`), and never echo what they
 were sent.

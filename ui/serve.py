@@ -1,5 +1,5 @@
 """`python app.py` (serve): parse the serve flags, apply the safety rules, launch Gradio behind
-ui/guard.py, and leave no files behind.
+ui/guard/, and leave no files behind.
 
 Every file the app makes for itself lives in one folder per app process, named after the
 process (pid and start time): `<tmp>/rocboard-app-<pid>-<ms>/` (the download copies in
@@ -200,7 +200,7 @@ def own_host_names() -> list[str]:
 def serve_main(argv: list[str]) -> int:
     args = parse_args(argv)
     from backend.security import AuthError, bind_refusal, forget_login_env, resolve_credentials, share_refusal
-    from ui.guard import normalize_host_name
+    from ui.guard.origin import normalize_host_name
 
     try:
         credentials = resolve_credentials(args.auth, args.auth_file)
@@ -239,7 +239,9 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     from backend.service import RocBoard
     from backend.telemetry.sampler import Sampler
     from ui.app import build_ui
-    from ui.guard import MIB, EdgePolicy, Guard, UploadQuota, allowed_host_names, is_wildcard_bind, normalize_host_name, upload_body_cap
+    from ui.guard.asgi import EdgePolicy, Guard
+    from ui.guard.origin import allowed_host_names, is_wildcard_bind, normalize_host_name
+    from ui.guard.quota import MIB, UploadQuota, upload_body_cap
     from ui.live import LiveRoutes
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
