@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from backend.i18n import translate
 from backend.runs.logs import DISPLAY_POINTS, SMOOTHING, Entry, MetricPoint, MetricSeries, drawn_curves, ema
 
 MAX_DISPLAY_POINTS = DISPLAY_POINTS
 
-LIGHT_LAYOUT = {
+LIGHT_LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
     "margin": {"l": 60, "r": 70, "t": 60, "b": 50},
     "height": 340,
@@ -239,7 +240,7 @@ def memory_figure(
     series had no reading for a while (MemorySeries.breaks) and at each of `marks` (where a
     resumed attempt began, drawn as a dotted line with its words): no process, no line."""
     names = {**MEMORY_NAMES, **(names or {})}
-    data = []
+    data: list[dict[str, Any]] = []
     mark_x = [x for x, _ in marks]
     for s in series:
         keep = downsample_indices(len(s.times), max_points, s.used_gib)

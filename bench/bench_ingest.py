@@ -171,7 +171,7 @@ def time_append_and_redraw(path: Path, repeats: int) -> dict[str, Any]:
     batches = []
     for _ in range(repeats):
         lines = [trainer_log_line(step, 10**7) for step in range(next_step, next_step + NEW_LINES_PER_POLL)]
-        batches.append([parse_metric(json.loads(line)) for line in lines])
+        batches.append([point for line in lines if (point := parse_metric(json.loads(line))) is not None])
         next_step += NEW_LINES_PER_POLL
     durations = []
     for batch in batches:

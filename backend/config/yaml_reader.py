@@ -41,7 +41,7 @@ class _LlamaFactoryLoader(yaml.SafeLoader):
 
     duplicates: list[str]
 
-    def construct_yaml_int(self, node):  # type: ignore[override]
+    def construct_yaml_int(self, node):
         # int() of more than 4,300 digits raises ValueError (Python 3.11's limit) and far
         # fewer are already outside every range: such a number stays its text, which
         # parse_form refuses with a range finding naming the key.
@@ -50,7 +50,7 @@ class _LlamaFactoryLoader(yaml.SafeLoader):
             return str(node.value)
         return super().construct_yaml_int(node)
 
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+    def construct_mapping(self, node, deep=False):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -117,11 +117,12 @@ _SYNTAX_NOWHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 def _syntax_error(what: str, line: int | None = None, column: int | None = None) -> Finding:
     """The finding for PyYAML's problem `what` (at 1-based `line`, `column` when known)."""
-    at = {"line": line, "column": column} if line is not None else {}
+    at: dict[str, Any] = {"line": line, "column": column} if line is not None else {}
     for message, pattern in _SYNTAX_AT if at else _SYNTAX_NOWHERE:
         match = pattern.fullmatch(what)
         if match is not None:
-            return Finding.of(FILE_KEY, "yaml-syntax", message=message, **at, **match.groupdict())
+            groups: dict[str, Any] = match.groupdict()
+            return Finding.of(FILE_KEY, "yaml-syntax", message=message, **at, **groups)
     if at:
         return Finding.of(FILE_KEY, "yaml-syntax", error=what, **at)
     return Finding.of(FILE_KEY, "yaml-syntax", message="yaml-syntax-no-position", error=what)

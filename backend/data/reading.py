@@ -38,7 +38,7 @@ from typing import Any
 from backend.data import dataset_file
 from backend.data.dataset_file import DEFAULT_MAX_BYTES, KEY, Inspection, inspect_dataset
 from backend.data.layout import ColumnMapping
-from backend.findings import Finding
+from backend.findings import Finding, Severity
 from backend.i18n import Message
 
 READ_MEMORY_MIB = dataset_file.READ_MEMORY_MIB  # the reading child's address space may grow by this much
@@ -271,7 +271,7 @@ def encode_finding(finding: Finding) -> dict[str, Any]:
 
 def decode_finding(data: dict[str, Any]) -> Finding:
     params = {str(name): _decode_value(value) for name, value in (data.get("params") or {}).items()}
-    severity = "warning" if data.get("severity") == "warning" else "problem"
+    severity: Severity = "warning" if data.get("severity") == "warning" else "problem"
     return Finding.of(str(data["key"]), str(data["rule"]), message=str(data.get("message") or ""), severity=severity, **params)
 
 

@@ -200,7 +200,7 @@ _EXPECTED_MESSAGES = {
 }
 
 
-def _expected_message(expected: str) -> tuple[str, dict[str, str]]:
+def _expected_message(expected: str) -> tuple[str, dict[str, Any]]:
     """(message id, its parameters) of "LLaMA-Factory expects <expected>"."""
     if expected in _EXPECTED_MESSAGES:
         return _EXPECTED_MESSAGES[expected], {}

@@ -22,10 +22,10 @@ import re
 import secrets
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 from backend.runs import safe_files
@@ -344,7 +344,7 @@ def parse_attempt(record: dict[str, Any]) -> AttemptStart | None:
     )
 
 
-def parse_curve_records(records: list[dict[str, Any]]) -> "list[MetricPoint | AttemptStart]":
+def parse_curve_records(records: list[dict[str, Any]]) -> list[MetricPoint | AttemptStart]:
     """What a MetricSeries is extended with, in the log's order: each record's point, and the
     start of each resumed attempt; other records are left out."""
     items: list[MetricPoint | AttemptStart] = []
@@ -428,7 +428,7 @@ class DrawnCurve:
         self._prefix_key = (0, 0)  # (epoch, n) the cache was made for
 
     @classmethod
-    def from_values(cls, steps: list[int], values: list[float], smoothed: list[float] | None = None, max_points: int = DISPLAY_POINTS, extremes: bool = True) -> "DrawnCurve":
+    def from_values(cls, steps: list[int], values: list[float], smoothed: list[float] | None = None, max_points: int = DISPLAY_POINTS, extremes: bool = True) -> DrawnCurve:
         """The curve built in one go (C-speed min/max per bucket); appending goes on from there."""
         curve = cls(max_points, extremes)
         n = len(values)
@@ -564,7 +564,7 @@ CURVES: tuple[tuple[str, bool], ...] = (("loss", True), ("lr", False), ("accurac
 _CARRIED = ("loss", "lr", "accuracy", "reward", "eval_loss")
 
 
-def drawn_curves(points: "list[MetricPoint] | tuple[MetricPoint, ...]", max_points: int = DISPLAY_POINTS, weight: float = SMOOTHING) -> dict[str, DrawnCurve]:
+def drawn_curves(points: Sequence[MetricPoint], max_points: int = DISPLAY_POINTS, weight: float = SMOOTHING) -> dict[str, DrawnCurve]:
     """The drawn curves of a list of points, from scratch (O(points)): what a MetricSeries
     keeps up to date point by point."""
     curves = {}
@@ -629,7 +629,7 @@ class MetricSeries:
         self._attempt_from: int | None = None
         self._token_base: int | None = None
 
-    def extend(self, new_points: "list[MetricPoint | AttemptStart]") -> bool:
+    def extend(self, new_points: Iterable[MetricPoint | AttemptStart]) -> bool:
         changed = False
         for point in new_points:
             if isinstance(point, AttemptStart):
@@ -744,7 +744,7 @@ class MetricSeries:
         """The smoothed loss after each of `points` (None where a point has no loss)."""
         w = self.smoothing
         out: list[float | None] = []
-        for point, total, count in zip(self.points, self._ema_sum, self._ema_count):
+        for point, total, count in zip(self.points, self._ema_sum, self._ema_count, strict=True):
             if point.loss is None:
                 out.append(None)
             elif math.isfinite(point.loss):
@@ -778,7 +778,7 @@ class MetricSeries:
             if before == mark or (before is None and not curve.count):
                 continue
             fresh = not (isinstance(before, list) and len(before) == 3 and before[0] == curve.epoch and 0 < before[1] <= len(curve.buckets))
-            entries = curve.drawn() if fresh else curve.drawn(before[1] - 1)
+            entries = curve.drawn() if fresh or not isinstance(before, list) else curve.drawn(before[1] - 1)
             sent: dict[str, Any] = {"reset": fresh, "x": [e[1] for e in entries], "y": [_json_number(e[2]) for e in entries]}
             if name == "loss":
                 sent["smoothed"] = [_json_number(e[3]) for e in entries]

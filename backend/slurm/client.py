@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backend.slurm import parse
 from backend.slurm.parse import JobInfo, Node, Partition, SbatchRefusal
@@ -43,7 +44,7 @@ class SlurmProblem:
     command: str
     detail: str = ""
 
-    def params(self) -> dict[str, str]:
+    def params(self) -> dict[str, Any]:
         return {"command": self.command, "detail": self.detail}
 
 
