@@ -564,21 +564,22 @@ def run_details_markdown(summaries, run_ids: list[str], locale: str = "en") -> s
     """The chosen runs (backend.runs.history.RunSummary) with every column, the ones the
     table leaves out too, side by side: a column per run in the order chosen, a row per
     setting. "" when none of them is on disk."""
-    from backend.runs.history import HISTORY_COLUMNS, history_headers, summary_words
+    from backend.runs.history import history_columns, history_headers, summary_words
 
     by_id = {s.id: s for s in summaries}
     chosen = [by_id[run_id] for run_id in dict.fromkeys(run_ids) if run_id in by_id][:MAX_DETAILED_RUNS]
     if not chosen:
         return ""
     words = [summary_words(s, locale) for s in chosen]
-    headers = dict(zip(HISTORY_COLUMNS, history_headers(locale)))
+    columns = history_columns()
+    headers = dict(zip(columns, history_headers(locale, columns), strict=True))
     lines = [
         f"**{escape_markdown(t('runs.details', locale))}**",
         "",
         "| | " + " | ".join(code_span(s.id) for s in chosen) + " |",
         "|---|" + "---|" * len(chosen),
     ]
-    for column in HISTORY_COLUMNS[1:]:
+    for column in columns[1:]:
         cells = [escape_markdown(w[column], 300) if w[column] else "—" for w in words]
         lines.append(f"| {escape_markdown(headers[column])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

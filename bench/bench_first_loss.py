@@ -151,16 +151,20 @@ def choose(page: Any, label: str, option: str, role: str = "listbox") -> None:
 
 
 def llamaboard_extra_args(form: dict[str, Any]) -> dict[str, Any]:
-    """What LlamaBoard has no field for, so its trainer computes the same run as RocBoard's."""
+    """What LlamaBoard has no field for, so its trainer computes the same run as RocBoard's
+    (RocBoard's values typed by its own parser)."""
+    from backend.config import parse_form
+
+    config, _ = parse_form(form)
     return {
         "optim": "adamw_torch",  # LlamaBoard's own default extra argument
-        "max_steps": int(form["max_steps"]),
+        "max_steps": config.training.max_steps,
         "use_cpu": True,
-        "disable_gradient_checkpointing": not form.get("gradient_checkpointing", False),
-        "flash_attn": form.get("flash_attn", "disabled"),
-        "lora_rank": int(form["lora_rank"]),
-        "lora_alpha": int(form["lora_alpha"]),
-        "lora_dropout": float(form["lora_dropout"]),
+        "disable_gradient_checkpointing": not config.training.gradient_checkpointing,
+        "flash_attn": config.precision.flash_attn,
+        "lora_rank": config.method.lora_rank,
+        "lora_alpha": config.method.lora_alpha,
+        "lora_dropout": config.method.lora_dropout,
     }
 
 

@@ -337,7 +337,7 @@ def test_train_on_it_opens_a_new_run_named_after_the_dataset_with_the_presets_de
     page = page_of()
     # What the form held before: another run's name and accumulation.
     fill(page, "run-name", "the-previous-run")
-    fill(page, "grad-accum", str(preset.grad_accum + 3))
+    fill(page, "grad-accum", str(preset.value("grad_accum") + 3))
     wait_until_idle(page)
 
     open_data_tab(page)
@@ -355,7 +355,7 @@ def test_train_on_it_opens_a_new_run_named_after_the_dataset_with_the_presets_de
     wait_until_idle(page)
     run_name = page.locator("#run-name input, #run-name textarea").first.input_value()
     assert run_name == name, f"the new run is called {run_name!r}, not after its dataset"
-    assert page.locator("#grad-accum input").first.input_value() == str(preset.grad_accum), "the accumulation is the previous form's, not the preset's"
+    assert page.locator("#grad-accum input").first.input_value() == str(preset.value("grad_accum")), "the accumulation is the previous form's, not the preset's"
     assert dropdown_value(page, "dataset-pick") == name, "Or pick one of your datasets is empty although the form trains on it"
     assert page.locator("#dataset-dir input, #dataset-dir textarea").first.input_value() == str(app_server.runs_dir.resolve() / "datasets")
 
@@ -427,7 +427,7 @@ def layout_labels(page) -> list[str]:
 
 @pytest.mark.parametrize("browser_locale, page_locale", [("zh-CN", "zh-CN"), ("en-US", "zh-CN"), ("zh-CN", "en")])
 def test_the_layouts_are_named_in_the_pages_language(app_server, page_of, browser_locale, page_locale) -> None:
-    from backend.data.dataset_file import LAYOUTS
+    from backend.data.layout import LAYOUTS
 
     page = page_of(browser_locale)
     if not browser_locale.startswith(page_locale[:2]):

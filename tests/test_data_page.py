@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.data.dataset_file import LAYOUTS, roles_of
+from backend.data.layout import LAYOUTS, roles_of
 from backend.data.lengths import ExampleSegment
 from backend.i18n import CATALOGUE
 from backend.runs import RunStore
@@ -170,10 +170,10 @@ def test_train_on_it_opens_a_new_run_named_after_the_dataset_on_the_presets_defa
     assert board.data.add("path", str(alpaca), "pairs").name == "pairs"
     preset = board.preset(demo_form()["preset"])
     # The form as another run left it: its name, accumulation, steps and Other keys.
-    current = {**demo_form(), "run_name": "last-week", "grad_accum": preset.grad_accum + 3, "max_steps": 77, "other_keys": "neftune_noise_alpha: 5", "dist_nproc": 2}
+    current = {**demo_form(), "run_name": "last-week", "grad_accum": preset.value("grad_accum") + 3, "max_steps": 77, "other_keys": "neftune_noise_alpha: 5", "dist_nproc": 2}
     form = board.form_for_dataset("pairs", current)
     assert form["run_name"] == "pairs"
-    assert form["grad_accum"] == preset.grad_accum and form["max_steps"] == schema.field("max_steps").default and form["other_keys"] == ""
+    assert form["grad_accum"] == preset.value("grad_accum") and form["max_steps"] == schema.field("max_steps").default and form["other_keys"] == ""
     assert (form["dataset_dir"], form["dataset"], form["stage"]) == (str(board.data.folder), "pairs", "sft")
     # Kept: the preset, the model and template the lengths were measured with, the page's own fields.
     assert {name: form[name] for name in ("preset", "model_path", "template", "dist_nproc")} == {name: current[name] for name in ("preset", "model_path", "template", "dist_nproc")}

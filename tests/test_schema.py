@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from backend.config import parse_form, schema, to_form, to_llamafactory_args
-from backend.config.distributed import form_from_saved, parse_plan_form, saved_form
+from backend.config.distributed import parse_plan_form
+from backend.config.run_form import form_from_saved, saved_form
 from backend.config.schema import Field, NumberRange
 from backend.config.yaml_import import import_yaml
 

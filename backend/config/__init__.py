@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from backend.config.schema import (
     NumberRange,
 )
 from backend.findings import Finding
+from backend.i18n import CATALOGUE, DEFAULT_LOCALE, Message
 
 Precision = Literal["bf16", "fp16", "fp32"]
 FlashAttn = Literal["auto", "sdpa", "disabled", "fa2"]
@@ -36,61 +37,62 @@ Stage = Literal["pt", "sft", "rm", "dpo", "kto"]  # schema.STAGES: what the form
 @dataclass(frozen=True)
 class ModelSpec:
     model_name_or_path: str
-    template: str = "llama3"
+    template: str
+    # Not a form field: RocBoard never runs a model folder's own code (schema.ROCBOARD_OWNED_KEYS).
     trust_remote_code: bool = False
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    stage: Stage = "sft"
-    finetuning_type: FinetuningType = "lora"
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_target: str = "all"
-    quantization_bit: int | None = None  # 4 or 8 = QLoRA through bitsandbytes
+    stage: Stage
+    finetuning_type: FinetuningType
+    lora_rank: int
+    lora_alpha: int
+    lora_dropout: float
+    lora_target: str
+    quantization_bit: int | None  # 4 or 8 = QLoRA through bitsandbytes
     # DPO / KTO only (schema.PREFERENCE_STAGES); pref_loss is DPO's alone.
-    pref_beta: float = 0.1
-    pref_loss: str = "sigmoid"
-    pref_ftx: float = 0.0
+    pref_beta: float
+    pref_loss: str
+    pref_ftx: float
 
 
 @dataclass(frozen=True)
 class DataSpec:
     dataset_dir: str
     datasets: tuple[str, ...]
-    cutoff_len: int = 1024
-    max_samples: int | None = None
+    cutoff_len: int
+    max_samples: int | None
 
 
 @dataclass(frozen=True)
 class TrainingSpec:
-    learning_rate: float = 1e-4
-    num_train_epochs: float = 3.0
-    max_steps: int = 0  # 0 = train for num_train_epochs; > 0 overrides epochs
-    per_device_train_batch_size: int = 1
-    gradient_accumulation_steps: int = 8
-    lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.0
-    warmup_steps: int = 0  # > 0 wins over warmup_ratio (backend/config/schema.py WARMUP_RATIO)
-    optim: str = "adamw_torch"
-    logging_steps: int = 10
-    save_steps: int = 500
-    gradient_checkpointing: bool = True
-    seed: int = 42
+    learning_rate: float
+    num_train_epochs: float
+    max_steps: int  # 0 = train for num_train_epochs; > 0 overrides epochs
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    lr_scheduler_type: str
+    warmup_ratio: float
+    warmup_steps: int  # > 0 wins over warmup_ratio (backend/config/schema.py WARMUP_RATIO)
+    optim: str
+    logging_steps: int
+    save_steps: int
+    gradient_checkpointing: bool
+    seed: int
 
 
 @dataclass(frozen=True)
 class PrecisionSpec:
-    precision: Precision = "bf16"
-    flash_attn: FlashAttn = "auto"
+    precision: Precision
+    flash_attn: FlashAttn
 
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    preset: str = "cpu-demo"  # the preset's id (file stem in presets/)
-    use_cpu: bool = False  # train on the CPU even where an accelerator is visible
-    env: tuple[tuple[str, str], ...] = ()  # environment the preset exports for the trainer
+    preset: str  # the preset's id (file stem in presets/)
+    use_cpu: bool  # train on the CPU even where an accelerator is visible
+    env: tuple[tuple[str, str], ...]  # environment the preset exports for the trainer
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,10 @@ class RunConfig:
     data: DataSpec
     training: TrainingSpec
     precision: PrecisionSpec
-    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    hardware: HardwareSpec  # the preset's: its id is a field, use_cpu and env come with the preset
     # (form name, typed value) of schema fields no rule reads yet (`path=""`): a field added
     # to the schema alone is parsed, written to the YAML and shown again from here.
-    extra: tuple[tuple[str, Any], ...] = ()
+    extra: tuple[tuple[str, Any], ...]
 
     def value(self, name: str) -> Any:
         """The typed value of the form field `name`."""
@@ -187,19 +189,18 @@ def shown(value: Any, limit: int = 40) -> str:
         text = value if len(value) <= limit else value[:limit] + "…"
         # repr escapes controls and lone surrogates; ascii() is not needed for other letters.
         return repr(text)
-    if isinstance(value, (list, tuple, dict, set)):
-        return f"a {type(value).__name__} of {len(value)} item(s)"
-    return f"a {type(value).__name__}"
+    for kind in (list, tuple, dict, set):
+        if isinstance(value, kind):
+            return Message(f"value.{kind.__name__}", count=len(value))
+    return Message("value.other", kind=type(value).__name__)
 
 
 def field_noun(name: str) -> str:
-    """The English name messages give the field `name` (the catalogue's `field.<name>`);
-    render_message puts it into the reader's language."""
-    from backend.i18n import translate
-
+    """The name messages give the field `name`: the catalogue's `field.<name>`, as a message
+    (its English words as a string; render_message puts it into the reader's language), or
+    `name` itself for a key with no noun."""
     key = f"field.{name}"
-    noun = translate(key, "en")
-    return name if noun == key else noun
+    return Message(key) if key in CATALOGUE[DEFAULT_LOCALE] else name
 
 
 def range_finding(name: str, value: float, what: str, key: str | None = None) -> Finding | None:
@@ -242,7 +243,7 @@ def too_many_finding(key: str, what: str, count: int, limit: int) -> Finding:
 
 
 def huge_number(negative: bool, digits: int) -> str:
-    return f"a {'negative ' if negative else ''}{digits}-digit number"
+    return Message("value.huge-negative" if negative else "value.huge", digits=digits)
 
 
 class NotANumber(ValueError):

@@ -34,8 +34,9 @@ from typing import Any, Literal
 
 from backend.config import NUMBER_RANGES, NotANumber, NumberTooLarge, field_noun, huge_finding, not_a_number_finding, parse_number, parse_text, range_finding, schema, shown, too_many_finding
 from backend.config.presets import HardwarePreset
-from backend.config.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES, STRATEGY_LABELS
+from backend.config.schema import DEFAULT_DDP_TIMEOUT_S, DEFAULT_MASTER_PORT, DEFAULT_RCCL_ENV, STRATEGIES
 from backend.findings import Finding
+from backend.i18n import Message
 from backend.security.child_env import ENV_NAME as _ENV_NAME  # the one shell-name rule
 from backend.security.child_env import MAX_NAME_LENGTH, MAX_VALUE_LENGTH, Refusal, allowed_settings, refusal, value_refusal
 
@@ -230,29 +231,7 @@ def plan_to_form(plan: DistributedPlan) -> dict[str, Any]:
 # The plan's fields Slurm decides for a Slurm run (its nodes, each node's rank, the master and
 # its port, the GPUs it hands the job): a Slurm run's form.json keeps their defaults.
 SLURM_DECIDES: tuple[str, ...] = ("dist_nnodes", "dist_node_rank", "dist_master_addr", "dist_master_port", "dist_gpus")
-
-
-def saved_form(config: Any, plan: DistributedPlan | None, placement: Any = None) -> dict[str, Any]:
-    """What a run's form.json holds: the *checked* config, plan and placement as form values
-    (every value already parsed and bounded), so a resume re-parses what was run, not what
-    was typed."""
-    from backend.config import to_form
-    from backend.config.placement import LocalPlacement, SlurmPlacement, placement_to_form
-
-    values = {**to_form(config), **(plan_to_form(plan) if plan is not None else {}), **placement_to_form(placement or LocalPlacement())}
-    if isinstance(placement, SlurmPlacement):
-        values.update((name, schema.field(name).default) for name in SLURM_DECIDES)
-    return values
-
-
-def form_from_saved(saved: Any) -> dict[str, Any]:
-    """The form values a form.json gives back: the schema's fields only (defaults where one
-    is missing, e.g. a file written before a field existed); anything else is dropped."""
-    values = {**schema.form_defaults(), **schema.side_form_defaults()}
-    if isinstance(saved, Mapping):
-        values.update((name, saved[name]) for name in values if name in saved)
-    return values
-
+# What a run's form.json holds, and reading it back: backend/config/run_form.py.
 
 def parse_plan_form(values: Mapping[str, Any], on_cpu: bool = False, check: bool = True) -> tuple[DistributedPlan, list[Finding]]:
     """A plan from the page's raw field values, and every finding about it (unparseable
@@ -605,14 +584,15 @@ def node_commands(
     return commands
 
 
-def describe(plan: DistributedPlan) -> str:
-    """One line for the page: what will run where."""
-    where = "CPU" if plan.on_cpu else f"GPU {visible_devices(plan)}"
-    method = STRATEGY_LABELS.get(plan.strategy, plan.strategy)
+def describe(plan: DistributedPlan) -> Message:
+    """One line for the page: what will run where (a message: the preview shows it in the
+    page's language)."""
+    where: str = "CPU" if plan.on_cpu else Message("plan.describe.gpus", gpus=visible_devices(plan))
+    method: str = Message(f"strategy.{plan.strategy}") if plan.strategy in STRATEGIES else plan.strategy
     if plan.offload and plan.strategy != "ddp":
-        method += " with CPU offload"
-    nodes = f" x {plan.nnodes} nodes" if plan.multi_node else ""
-    return f"{plan.world_size} process(es): {plan.nproc} per node on {where}{nodes}; {method}."
+        method = Message("plan.describe.offload", method=method)
+    nodes: str = Message("plan.describe.nodes", nnodes=plan.nnodes) if plan.multi_node else ""
+    return Message("plan.describe", processes=plan.world_size, nproc=plan.nproc, where=where, nodes=nodes, method=method)
 
 
 __all__ = [
@@ -634,9 +614,7 @@ __all__ = [
     "node_commands",
     "PLAN_FORM_DEFAULTS",
     "parse_env_lines",
-    "form_from_saved",
     "parse_plan_form",
-    "saved_form",
     "plan_to_form",
     "parse_gpu_list",
     "plan_for_preset",

@@ -15,7 +15,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -25,11 +25,22 @@ from backend.config.paths import path_problem
 from backend.config.yaml_reader import load_yaml_text
 from backend.findings import Finding
 from backend.i18n import Message
+from backend.i18n.errors import file_error, os_error
 from backend.llama_factory.check import did_you_mean, static_names
 
-if TYPE_CHECKING:
-    from backend.config import RunConfig
-    from backend.config.distributed import DistributedPlan
+
+class _Config(Protocol):
+    """What the DeepSpeed check reads of a config (backend/config RunConfig): this module sits
+    below config.py (its parser reads Other keys here), so it names no type of config.py's."""
+
+    def value(self, name: str) -> Any: ...
+
+
+class _Plan(Protocol):
+    """What the DeepSpeed check reads of a multi-GPU plan (backend/config/distributed.py)."""
+
+    @property
+    def strategy(self) -> str: ...
 
 KEY_SHOWN_CHARS = 64
 OTHER_KEYS_MAX_BYTES = 256_000  # the field holds at most 65,536 characters
@@ -49,7 +60,9 @@ def parse_other_keys(text: str, key: str = "other_keys") -> tuple[tuple[tuple[st
         line = (problems[0].params or {}).get("line", "?") if problems else "?"
         return (), [Finding.of(key, rule, line=line)]
     if problems:  # a duplicate key, a key that is not text
-        return (), [Finding.of(key, "other-keys-not-yaml", message="other-keys-duplicate", line="?", error=problems[0].problem)]
+        first = problems[0]  # the reader's own finding, as its message: shown in the reader's language
+        error = Message(f"check.{first.message or first.rule}.problem", key=first.key, **first.params) if first.params is not None else first.problem
+        return (), [Finding.of(key, "other-keys-not-yaml", message="other-keys-duplicate", line="?", error=error)]
     if len(loaded) > schema.OTHER_KEYS_MAX:
         return (), [Finding.of(key, "other-keys-too-many", count=len(loaded), limit=schema.OTHER_KEYS_MAX)]
     known = static_names().keys
@@ -176,19 +189,19 @@ def read_deepspeed_file(value: Any, places: ReadPlaces, key: str = "other_keys")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error="not a regular file")]
+                return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error=Message("file-error.not-regular"))]
             data = handle.read(DEEPSPEED_FILE_MAX_BYTES + 1)
     except OSError as error:
-        return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error=error.strerror or str(error))]
+        return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error=os_error(error))]
     if len(data) > DEEPSPEED_FILE_MAX_BYTES:
-        return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error=f"larger than {DEEPSPEED_FILE_MAX_BYTES} bytes")]
+        return None, [Finding.of(key, "deepspeed-file-bad", path=raw, error=Message("file-error.larger-than", limit=DEEPSPEED_FILE_MAX_BYTES))]
     try:
         text = data.decode("utf-8")
         loaded = json.loads(text)
     except (UnicodeDecodeError, ValueError) as error:
-        return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-json", path=raw, error=str(error)[:200])]
+        return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-json", path=raw, error=file_error(error))]
     if not isinstance(loaded, dict):
-        return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-json", path=raw, error="not a JSON object")]
+        return None, [Finding.of(key, "deepspeed-file-bad", message="deepspeed-file-not-json", path=raw, error=Message("file-error.not-json-object"))]
     zero = loaded.get("zero_optimization", {})
     zero = zero if isinstance(zero, dict) else {}
     stage = zero.get("stage", 0)
@@ -204,12 +217,12 @@ def read_deepspeed_file(value: Any, places: ReadPlaces, key: str = "other_keys")
     return DeepSpeedFile(raw, text, int(stage), devices[0], devices[1]), []
 
 
-def deepspeed_of(config: RunConfig) -> Any:
+def deepspeed_of(config: _Config) -> Any:
     """The `deepspeed:` value of a config's Other keys; None when it has none."""
     return dict(config.value("other_keys") or ()).get("deepspeed")
 
 
-def deepspeed_findings(config: RunConfig, plan: DistributedPlan | None, use_cpu: bool, places: ReadPlaces, key: str = "other_keys") -> list[Finding]:
+def deepspeed_findings(config: _Config, plan: _Plan | None, use_cpu: bool, places: ReadPlaces, key: str = "other_keys") -> list[Finding]:
     """The file checked, and never two DeepSpeed configs for one run: the multi-GPU plan's
     ZeRO choice and a file in Other keys would silently disagree (which one wins depends on
     the order keys are written), so both at once is a problem."""

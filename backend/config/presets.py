@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from backend.config import form_value, parse_form, schema
 from backend.config.schema import FLASH_ATTN_CHOICES, PRECISIONS, form_defaults
 from backend.security.child_env import ENV_NAME, refused_settings  # the one shell-name rule
 
@@ -50,12 +51,10 @@ class HardwarePreset:
     devices_per_node: int
     bf16: bool
     env: tuple[tuple[str, str], ...]  # exported for the trainer, in order
-    precision: str  # default precision: bf16 / fp16 / fp32
-    flash_attn: str  # default flash_attn: auto / sdpa / disabled
-    batch_size: int
-    grad_accum: int
-    cutoff_len: int
-    gradient_checkpointing: bool
+    # (field name, form value) of every run-form field the file sets (any field of
+    # backend/config/schema.py RUN_FIELDS; precision, flash_attn, batch_size, grad_accum, cutoff_len and
+    # gradient_checkpointing always), each checked by the form's own parser.
+    form: tuple[tuple[str, Any], ...]
     qlora_bits: tuple[int, ...]  # quantization bits offered (4, 8); empty = no QLoRA
     order: int = 100  # position in the dropdown
     notes: str = ""
@@ -74,15 +73,16 @@ class HardwarePreset:
 
     def form_values(self) -> dict[str, Any]:
         """The form fields this preset fills."""
-        return {
-            "preset": self.id,
-            "precision": self.precision,
-            "flash_attn": self.flash_attn,
-            "batch_size": self.batch_size,
-            "grad_accum": self.grad_accum,
-            "cutoff_len": self.cutoff_len,
-            "gradient_checkpointing": self.gradient_checkpointing,
-        }
+        return {"preset": self.id, **dict(self.form)}
+
+    def value(self, name: str) -> Any:
+        """The form value the preset gives field `name` (the schema's default where it sets none)."""
+        return dict(self.form).get(name, schema.field(name).default)
+
+    @property
+    def precision(self) -> str:
+        """Its default precision (bf16 / fp16 / fp32): what the hardware computes in."""
+        return str(self.value("precision"))
 
 
 @dataclass(frozen=True)
@@ -91,19 +91,24 @@ class PresetLoadError:
     problem: str
 
 
-_REQUIRED = (
-    "display_name",
-    "gfx_target",
-    "vram_gb",
-    "devices_per_node",
-    "bf16",
-    "precision",
-    "flash_attn",
-    "batch_size",
-    "grad_accum",
-    "cutoff_len",
-    "gradient_checkpointing",
-)
+# Besides its own keys (display_name, gfx_target, vram_gb, devices_per_node, bf16, env,
+# qlora_bits, order, notes, use_cpu, the _zh names), any key of a preset file that names a field
+# of the run form (backend/config/schema.py RUN_FIELDS) is a value it fills; others are ignored.
+# The form fields every preset sets: what its hardware decides.
+REQUIRED_FIELDS = ("precision", "flash_attn", "batch_size", "grad_accum", "cutoff_len", "gradient_checkpointing")
+_REQUIRED = ("display_name", "gfx_target", "vram_gb", "devices_per_node", "bf16", *REQUIRED_FIELDS)
+
+
+def _form_of(data: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The run form's fields a preset file sets, read by the form's own parser (parse_form):
+    ValueError names the first that does not parse. Kept as the form shows them, in its order."""
+    names = {f.name for f in schema.run_fields()} - {"preset"}
+    given = {name: value for name, value in data.items() if name in names}
+    config, findings = parse_form({**form_defaults(), **given})
+    bad = next((finding for finding in findings if finding.key in given), None)
+    if bad is not None:
+        raise ValueError(f"{bad.key}: {bad.problem}")
+    return tuple((f.name, form_value(f, config.value(f.name))) for f in schema.run_fields() if f.name in given)
 
 
 def parse_preset(preset_id: str, text: str) -> HardwarePreset:
@@ -140,12 +145,7 @@ def parse_preset(preset_id: str, text: str) -> HardwarePreset:
             devices_per_node=int(data["devices_per_node"]),
             bf16=_boolean(data["bf16"], "bf16"),
             env=tuple((str(k), str(v)) for k, v in env.items()),
-            precision=str(data["precision"]),
-            flash_attn=str(data["flash_attn"]),
-            batch_size=int(data["batch_size"]),
-            grad_accum=int(data["grad_accum"]),
-            cutoff_len=int(data["cutoff_len"]),
-            gradient_checkpointing=_boolean(data["gradient_checkpointing"], "gradient_checkpointing"),
+            form=_form_of(data),
             qlora_bits=tuple(int(b) for b in (data.get("qlora_bits") or ())),
             order=int(data.get("order", 100)),
             notes=str(data.get("notes", "")),

@@ -335,7 +335,7 @@ class Field:
     codec: YamlCodec | None = None  # how it meets the YAML when not `plain(yaml_key)`
     path: str = ""  # where the typed value lives: "training.learning_rate"; "" = RunConfig.extra
     choices: tuple[Any, ...] = ()  # what the form offers (kind "choice", a dropdown's values)
-    choice_labels: tuple[tuple[str, Any], ...] = ()  # (words, value) a dropdown shows instead
+    choice_labels: tuple[tuple[str, Any], ...] = ()  # (message id, value): the words a dropdown shows instead
     llamafactory_choices: tuple[Any, ...] = ()  # what LLaMA-Factory also accepts, the form does not offer
     range: NumberRange | None = None  # a number's bounds (a GPU list's: each index)
     max_chars: int = TEXT_MAX_DEFAULT  # a text's length limit
@@ -345,6 +345,13 @@ class Field:
     element_id: str = ""  # the page's element id; "" = the name in kebab-case
     help_id: str = ""  # a message id shown under the widget, if any
     blank_is_default: bool = False  # an emptied text means the default, not ""
+    # The runs table's column that shows it (backend/runs/history.py; header runs.column.<column>,
+    # else the field's label); "" = none. Fields with one column share it (epochs / max steps).
+    column: str = ""
+    # What an evaluation's predict run (backend/evaluate/plan.py) keeps of its YAML keys: "kept"
+    # (how the model loads and the data reads, as it trained), "split" (which rows the training
+    # held out: only for its validation split), "" = the training's alone.
+    predict: Literal["", "kept", "split"] = ""
 
     @property
     def label_id(self) -> str:
@@ -408,48 +415,48 @@ SEED_MAX = 2**32 - 1  # numpy's seed is 32-bit; transformers seeds numpy with it
 # In page order, which is also the YAML's order.
 RUN_FIELDS: tuple[Field, ...] = (
     Field("preset", "text", "cpu-demo", path="hardware.preset", max_chars=64, widget="dropdown"),
-    Field("model_path", "text", "", "model_name_or_path", path="model.model_name_or_path", max_chars=4096),  # PATH_MAX
-    Field("template", "text", "llama3", "template", path="model.template", max_chars=64),
-    Field("dataset_dir", "text", "", "dataset_dir", path="data.dataset_dir", max_chars=4096, row="data"),
-    Field("dataset", "datasets", "", "dataset", codec=plain("dataset", lists_joined=True), path="data.datasets", max_chars=4096, row="data"),
+    Field("model_path", "text", "", "model_name_or_path", path="model.model_name_or_path", max_chars=4096, predict="kept"),  # PATH_MAX
+    Field("template", "text", "llama3", "template", path="model.template", max_chars=64, predict="kept"),
+    Field("dataset_dir", "text", "", "dataset_dir", path="data.dataset_dir", max_chars=4096, row="data", predict="split"),
+    Field("dataset", "datasets", "", "dataset", codec=plain("dataset", lists_joined=True), path="data.datasets", max_chars=4096, row="data", column="dataset", predict="split"),
     # Held out for evaluation: a fraction in [0, 1) or a count of examples >= 2 (checks.py rule_val_size).
-    Field("val_size", "float", 0.0, "val_size", codec=VAL_SIZE, range=NumberRange(0, _BIG, 0.1, rule="val-size-range"), widget="number", row="data"),
+    Field("val_size", "float", 0.0, "val_size", codec=VAL_SIZE, range=NumberRange(0, _BIG, 0.1, rule="val-size-range"), widget="number", row="data", predict="split"),
     # What is trained: pre-training on text, supervised fine-tuning, a reward model, or a preference
     # method (DPO, KTO). The pref_* fields below are written only for dpo / kto.
     Field("stage", "choice", "sft", "stage", path="method.stage", choices=STAGES, llamafactory_choices=STAGES_LLAMAFACTORY_ONLY, widget="radio", section="method"),
-    Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method"),
+    Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method", predict="kept"),
     # beyond 1024 a LoRA is no longer low-rank
     Field("lora_rank", "int", 8, "lora_rank", codec=plain("lora_rank", only_for_lora=True), path="method.lora_rank", range=NumberRange(1, 1024, 8, rule="lora-rank-range"), widget="integer", section="method", row="lora"),
     Field("lora_alpha", "int", 16, "lora_alpha", codec=plain("lora_alpha", only_for_lora=True), path="method.lora_alpha", range=NumberRange(1, 100_000, 16, rule="lora-alpha-range"), widget="integer", section="method", row="lora"),
     Field("lora_dropout", "float", 0.0, "lora_dropout", codec=plain("lora_dropout", only_for_lora=True), path="method.lora_dropout", range=NumberRange(0, 1, 0.0, rule="lora-dropout-range", high_open=True), widget="number", section="method", row="lora"),
     # Emptied, it means "all" (LLaMA-Factory's own default): an empty target trains nothing.
     Field("lora_target", "text", "all", "lora_target", codec=plain("lora_target", lists_joined=True, only_for_lora=True), path="method.lora_target", max_chars=1024, section="method", blank_is_default=True),
-    Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method"),
+    Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method", predict="kept"),
     # DPO / KTO: the preference loss's beta (LLaMA-Factory's default 0.1; above 100 the policy cannot
     # move from the reference model), DPO's loss, and the weight of an added SFT loss on the chosen answer.
     Field("pref_beta", "float", 0.1, "pref_beta", codec=only_for_stages("pref_beta", PREFERENCE_STAGES), path="method.pref_beta", range=NumberRange(0, 100, 0.1, rule="pref-beta-range", low_open=True), widget="number", section="method", row="pref"),
     Field("pref_loss", "choice", "sigmoid", "pref_loss", codec=only_for_stages("pref_loss", frozenset({"dpo"})), path="method.pref_loss", choices=PREF_LOSSES, widget="dropdown", section="method", row="pref"),
     Field("pref_ftx", "float", 0.0, "pref_ftx", codec=only_for_stages("pref_ftx", PREFERENCE_STAGES), path="method.pref_ftx", range=NumberRange(0, 1000, 0.0, rule="pref-ftx-range"), widget="number", section="method", row="pref"),
     # A textbox, so "5e-5" can be typed. Above 1 no fine-tuning recipe trains: a typo for 1e-4 is likelier.
-    Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate", range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length"),
-    Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length"),  # 0 = train by epochs
-    Field("num_train_epochs", "float", 3.0, "num_train_epochs", path="training.num_train_epochs", range=NumberRange(0, 1000, 3.0, rule="epochs-range"), widget="number", section="training", row="length", element_id="epochs"),
+    Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate", range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length", column="learning_rate"),
+    Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length", column="length"),  # 0 = train by epochs
+    Field("num_train_epochs", "float", 3.0, "num_train_epochs", path="training.num_train_epochs", range=NumberRange(0, 1000, 3.0, rule="epochs-range"), widget="number", section="training", row="length", element_id="epochs", column="length"),
     # per device: no accelerator holds more activations
     Field("batch_size", "int", 1, "per_device_train_batch_size", path="training.per_device_train_batch_size", range=NumberRange(1, 1024, 1, rule="batch-size-range"), widget="integer", section="training", row="batch"),
     Field("grad_accum", "int", 8, "gradient_accumulation_steps", path="training.gradient_accumulation_steps", range=NumberRange(1, 100_000, 8, rule="grad-accum-range"), widget="integer", section="training", row="batch"),
     # 1M tokens: the longest contexts models have
-    Field("cutoff_len", "int", 1024, "cutoff_len", path="data.cutoff_len", range=NumberRange(1, 1_048_576, 1024, rule="cutoff-range"), widget="integer", section="training", row="batch"),
-    Field("precision", "choice", "bf16", "bf16", codec=PRECISION, path="precision.precision", choices=PRECISIONS, widget="radio", section="training", row="precision"),
-    Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="precision"),
+    Field("cutoff_len", "int", 1024, "cutoff_len", path="data.cutoff_len", range=NumberRange(1, 1_048_576, 1024, rule="cutoff-range"), widget="integer", section="training", row="batch", predict="kept"),
+    Field("precision", "choice", "bf16", "bf16", codec=PRECISION, path="precision.precision", choices=PRECISIONS, widget="radio", section="training", row="precision", predict="kept"),
+    Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="precision", predict="kept"),
     Field("gradient_checkpointing", "flag", True, "disable_gradient_checkpointing", codec=GRADIENT_CHECKPOINTING, path="training.gradient_checkpointing", widget="checkbox", section="training", row="precision"),
     Field("lr_scheduler_type", "choice", "cosine", "lr_scheduler_type", path="training.lr_scheduler_type", choices=LR_SCHEDULERS, llamafactory_choices=LR_SCHEDULERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="schedule"),
     # A ratio of the training steps, or a number of steps; steps > 0 win (WARMUP_RATIO above).
     Field("warmup_ratio", "float", 0.0, "warmup_ratio", codec=WARMUP_RATIO, path="training.warmup_ratio", range=NumberRange(0, 1, 0.1, rule="warmup-ratio-range", high_open=True), widget="number", section="training", row="schedule"),
     Field("warmup_steps", "int", 0, "warmup_steps", codec=WARMUP_STEPS, path="training.warmup_steps", range=NumberRange(0, _BIG, 0, rule="warmup-steps-range"), widget="integer", section="training", row="schedule"),
     Field("optim", "choice", "adamw_torch", "optim", path="training.optim", choices=OPTIMIZERS, llamafactory_choices=OPTIMIZERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="optim"),
-    Field("seed", "int", 42, "seed", path="training.seed", range=NumberRange(0, SEED_MAX, 42, rule="seed-range"), widget="integer", section="training", row="optim"),
+    Field("seed", "int", 42, "seed", path="training.seed", range=NumberRange(0, SEED_MAX, 42, rule="seed-range"), widget="integer", section="training", row="optim", predict="kept"),
     # A textbox, so it can be emptied: empty = every sample.
-    Field("max_samples", "optional_int", "", "max_samples", codec=MAX_SAMPLES, path="data.max_samples", range=NumberRange(1, _BIG, 1000, rule="max-samples-range"), section="training", row="optim"),
+    Field("max_samples", "optional_int", "", "max_samples", codec=MAX_SAMPLES, path="data.max_samples", range=NumberRange(1, _BIG, 1000, rule="max-samples-range"), section="training", row="optim", predict="split"),
     Field("logging_steps", "int", 10, "logging_steps", path="training.logging_steps", range=NumberRange(1, _BIG, 10, rule="logging-steps-range"), widget="integer", section="training", row="steps"),
     Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
     # the run-name rule asks for 64; a longer one still gets that rule's fix
@@ -483,11 +490,6 @@ DEFAULT_RCCL_ENV: tuple[tuple[str, str], ...] = (
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
 )
 STRATEGIES: tuple[str, ...] = ("ddp", "zero2", "zero3")
-STRATEGY_LABELS: dict[str, str] = {
-    "ddp": "DDP (a full copy of the model on every GPU)",
-    "zero2": "DeepSpeed ZeRO-2 (optimizer state and gradients sharded)",
-    "zero3": "DeepSpeed ZeRO-3 (parameters sharded too)",
-}
 GPUS_PER_NODE_MAX = 64  # MI300X in CPX mode shows 8 x 8 = 64 GPUs; 8 is usual
 NODES_MAX = 1024
 DDP_TIMEOUT_MAX_S = 7 * 24 * 3600  # a week: longer is a hang nobody is watching
@@ -498,7 +500,7 @@ PLAN_FIELDS: tuple[Field, ...] = (
     Field("dist_nproc", "int", 1, path="nproc", range=NumberRange(1, GPUS_PER_NODE_MAX, 1, rule="nproc-range"), widget="integer", section="multi_gpu", row="workers"),
     # the range bounds each index of the list
     Field("dist_gpus", "gpus", "0", path="gpus", range=NumberRange(0, GPUS_PER_NODE_MAX - 1, 0, rule="gpu-index-range"), max_chars=1024, section="multi_gpu", row="workers"),
-    Field("dist_strategy", "choice", "ddp", path="strategy", choices=STRATEGIES, choice_labels=tuple((text, key) for key, text in STRATEGY_LABELS.items()), widget="dropdown", section="multi_gpu", row="workers"),
+    Field("dist_strategy", "choice", "ddp", path="strategy", choices=STRATEGIES, choice_labels=tuple((f"strategy.{key}", key) for key in STRATEGIES), widget="dropdown", section="multi_gpu", row="workers"),
     Field("dist_offload", "flag", False, path="offload", widget="checkbox", section="multi_gpu", row="zero"),
     Field("dist_ddp_timeout_s", "int", DEFAULT_DDP_TIMEOUT_S, path="ddp_timeout_s", range=NumberRange(1, DDP_TIMEOUT_MAX_S, 3600, rule="bad-timeout"), widget="integer", section="multi_gpu", row="zero"),
     Field("dist_rccl_env", "env_lines", "\n".join(f"{k}={v}" for k, v in DEFAULT_RCCL_ENV), path="rccl_env", max_chars=65_536, widget="lines", section="multi_gpu"),
@@ -523,7 +525,7 @@ SBATCH_EXTRA_MAX_LINES = 32
 # attribute of SlurmPlacement. Empty text and 0 mean "the cluster's default" (sbatch is not
 # given the option). Not YAML keys: they become #SBATCH lines (backend/slurm/script.py).
 PLACEMENT_FIELDS: tuple[Field, ...] = (
-    Field("run_on", "choice", "local", path="kind", choices=RUN_ON, choice_labels=(("This machine", "local"), ("Slurm cluster", "slurm")), widget="radio", section="placement"),
+    Field("run_on", "choice", "local", path="kind", choices=RUN_ON, choice_labels=tuple((f"run_on.{key}", key) for key in RUN_ON), widget="radio", section="placement"),
     Field("slurm_partition", "text", "", path="partition", max_chars=64, section="placement", row="slurm_where"),
     Field("slurm_account", "text", "", path="account", max_chars=64, section="placement", row="slurm_where"),
     Field("slurm_time", "text", "", path="time_limit", max_chars=32, section="placement", row="slurm_where"),
@@ -630,7 +632,6 @@ __all__ = [
     "QUANTIZATION_BITS",
     "RUN_FIELDS",
     "STRATEGIES",
-    "STRATEGY_LABELS",
     "TRACKERS",
     "TRACKER_PACKAGES",
     "YamlCodec",

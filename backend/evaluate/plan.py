@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backend.config import schema
+
 # Bounds of the page's numbers.
 MAX_SAMPLES_DEFAULT = 50
 MAX_SAMPLES_LIMIT = 10_000
@@ -35,27 +37,26 @@ VALIDATION_SPLIT = "validation"
 
 # What a predict run keeps of the training's arguments: what loads the model as it trained,
 # and what reads the data as it trained. The rest (learning rate, LoRA shape, saving,
-# logging, eval strategy, DeepSpeed, trackers) is the training's alone.
-KEPT_KEYS: tuple[str, ...] = (
-    "model_name_or_path",
-    "template",
-    "finetuning_type",
-    "trust_remote_code",
-    "cutoff_len",
-    "use_cpu",
-    "bf16",
-    "fp16",
-    "flash_attn",
-    "quantization_bit",
-    "quantization_method",
-    "double_quantization",
-    "rope_scaling",
-    "enable_thinking",
-    "preprocessing_num_workers",
-    "seed",
-)
+# logging, eval strategy, DeepSpeed, trackers) is the training's alone. A form field says
+# which it is (backend/config/schema.py `Field.predict`); these are the keys no field owns
+# (RocBoard's own, a codec's second key, Other keys LLaMA-Factory reads the model or data by).
+KEPT_OTHER_KEYS: tuple[str, ...] = ("trust_remote_code", "use_cpu", "quantization_method", "double_quantization", "rope_scaling", "enable_thinking", "preprocessing_num_workers")
 # ... and for the validation split, the keys that decide which rows were held out.
-SPLIT_KEYS: tuple[str, ...] = ("dataset_dir", "dataset", "val_size", "seed", "max_samples", "mix_strategy", "interleave_probs", "streaming", "buffer_size")
+SPLIT_OTHER_KEYS: tuple[str, ...] = ("mix_strategy", "interleave_probs", "streaming", "buffer_size")
+
+
+def _field_keys(which: str) -> tuple[str, ...]:
+    return tuple(key for f in schema.run_fields() if f.predict == which and f.yaml is not None for key in f.yaml.keys)
+
+
+def kept_keys() -> tuple[str, ...]:
+    """The training's keys every predict run keeps (read at call time: a test may add a field)."""
+    return _field_keys("kept") + KEPT_OTHER_KEYS
+
+
+def split_keys() -> tuple[str, ...]:
+    """The keys a predict run on the validation split keeps besides (the kept ones, seed among them, too)."""
+    return _field_keys("split") + SPLIT_OTHER_KEYS
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,10 @@ def predict_args(
     """The predict run's YAML arguments, from the trained run's arguments `train_args` (as
     `ConfigPipeline.run_args` gives them)."""
     args: dict[str, Any] = {"stage": "sft", "do_train": False, "do_predict": True, "predict_with_generate": True}
-    args.update({key: train_args[key] for key in KEPT_KEYS if key in train_args})
+    args.update({key: train_args[key] for key in kept_keys() if key in train_args})
     args["adapter_name_or_path"] = adapter_dir
     if held_out.is_split:
-        args.update({key: train_args[key] for key in SPLIT_KEYS if key in train_args})
+        args.update({key: train_args[key] for key in split_keys() if key in train_args})
     else:
         args["dataset_dir"] = held_out.dataset_dir
         args["eval_dataset"] = held_out.name

@@ -26,7 +26,7 @@ import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +83,24 @@ def starter_fields() -> dict[str, Any]:
 
         _this_process = (os.getpid(), psutil.Process().create_time())
     return {"starter_pid": _this_process[0], "starter_started": _this_process[1]}
+
+
+def attempt_fields(**fields: Any) -> dict[str, Any]:
+    """RunState's fields for an attempt that has just begun (a trainer started here, a job
+    submitted to Slurm): the last attempt's process, start, end and reason cleared, and no
+    starter (the start is done); `fields` (what this attempt is) on top."""
+    cleared: dict[str, Any] = {
+        "pid": None,
+        "pid_started": None,
+        "started_at": None,
+        "exit_code": None,
+        "stop_reason": "",
+        "stop_reason_params": {},
+        "ended_at": None,
+        "starter_pid": None,
+        "starter_started": None,
+    }
+    return {**cleared, **fields}
 
 
 @dataclass(frozen=True)
@@ -142,7 +160,7 @@ class RunState:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RunState":
+    def from_json(cls, data: dict[str, Any]) -> RunState:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["command"] = tuple(known.get("command") or ())
         if known.get("kind") not in RUN_KINDS:
@@ -178,6 +196,16 @@ class RunState:
 
 class RunNotFound(LookupError):
     pass
+
+
+def read_form_file(run_dir: Path) -> dict[str, Any]:
+    """A run's form.json mapping as written (bounded, no link followed); {} when it is missing
+    or not a JSON object."""
+    try:
+        form = json.loads(safe_files.read_text(run_dir, FORM_FILE, SMALL_FILE_MAX_BYTES))
+    except (OSError, ValueError):
+        return {}
+    return form if isinstance(form, dict) else {}
 
 
 @dataclass
@@ -237,7 +265,7 @@ class RunStore:
         state = RunState(
             id=run_id,
             name=name or run_id,
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
             preset=preset,
             model=model,
             kind=kind,
@@ -297,11 +325,8 @@ class RunStore:
         return states
 
     def read_form(self, run_id: str) -> dict[str, Any]:
-        try:
-            form = json.loads(safe_files.read_text(self.run_dir(run_id), FORM_FILE, SMALL_FILE_MAX_BYTES))
-        except (OSError, ValueError):
-            return {}
-        return form if isinstance(form, dict) else {}
+        """form.json as written (backend/config/run_form.py reads it typed: read_saved_run)."""
+        return read_form_file(self.run_dir(run_id))
 
     def delete(self, run_id: str) -> None:
         """Removes the run. It is first renamed to a hidden, unpredictable name (rename moves

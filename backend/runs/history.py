@@ -16,15 +16,25 @@ import math
 import stat
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
-from backend.runs import safe_files
-from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
+from backend.config import schema
+from backend.evaluate.results import EVALUATION_FILE, RESULTS_FILE, Scores, format_scores, read_scores
+from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
+from backend.runs import (
+    OUTPUT_DIR,
+    SMALL_FILE_MAX_BYTES,
+    STATE_FILE,
+    RunNotFound,
+    RunState,
+    RunStore,
+    safe_files,
+)
 from backend.runs.logs import (
     MAX_LINE_BYTES,
     TRAINER_LOG,
@@ -36,31 +46,48 @@ from backend.runs.logs import (
     parse_records,
     sampled_lines,
 )
-from backend.evaluate.results import EVALUATION_FILE, RESULTS_FILE, Scores, format_scores, read_scores
-from backend.runs import (
-    OUTPUT_DIR,
-    SMALL_FILE_MAX_BYTES,
-    STATE_FILE,
-    RunNotFound,
-    RunState,
-    RunStore,
-)
 
-# The message id of each column header (runs.column.*), in the table's order.
-HISTORY_COLUMNS: tuple[str, ...] = (
-    "run", "name", "kind", "preset", "model", "dataset", "learning_rate", "length",
-    "state", "where", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started",
-)  # fmt: skip
+# The table's columns (each header runs.column.<column>): which run, then one per column the
+# form's fields fill (schema.Field.column, in the schema's order: dataset, learning_rate,
+# length), then how it went.
+_RUN_COLUMNS: tuple[str, ...] = ("run", "name", "kind", "preset", "model")
+_OUTCOME_COLUMNS: tuple[str, ...] = ("state", "where", "steps", "last_loss", "best_eval_loss", "scores", "duration", "started")
 # Columns whose header is not runs.column.<column> (the evaluation's, backend/evaluate).
 _HEADER_IDS = {"kind": "eval.column.kind", "scores": "eval.column.scores"}
+
+
+def setting_columns() -> tuple[str, ...]:
+    """The columns the run's settings fill, in the schema's order (read at call time)."""
+    return tuple(dict.fromkeys(f.column for f in schema.run_fields() if f.column))
+
+
+def history_columns() -> tuple[str, ...]:
+    """Every column, in the table's order."""
+    return _RUN_COLUMNS + setting_columns() + _OUTCOME_COLUMNS
+
+
+def _column_fields(column: str) -> list[schema.Field]:
+    return [f for f in schema.run_fields() if f.column == column]
+
+
+def _header_id(column: str) -> str:
+    """runs.column.<column>; a field's column without one is headed by the field's label."""
+    if column in _HEADER_IDS:
+        return _HEADER_IDS[column]
+    if f"runs.column.{column}" not in CATALOGUE[DEFAULT_LOCALE] and _column_fields(column):
+        return _column_fields(column)[0].label_id
+    return f"runs.column.{column}"
+
+
+HISTORY_COLUMNS: tuple[str, ...] = history_columns()  # as the schema stands at import
 # The columns the Runs tab's table shows: which run, how it went, where, when. Every column
-# (HISTORY_COLUMNS) is in a run's details, opened by choosing it (view.run_details_markdown).
+# (history_columns()) is in a run's details, opened by choosing it (view.run_details_markdown).
 TABLE_COLUMNS: tuple[str, ...] = ("run", "name", "state", "where", "last_loss", "best_eval_loss", "scores", "duration", "started")
 
 
-def history_headers(locale: str = "en", columns: Sequence[str] = HISTORY_COLUMNS) -> list[str]:
+def history_headers(locale: str = "en", columns: Sequence[str] | None = None) -> list[str]:
     """The column headers of `columns` (default: all of them) in `locale`."""
-    return [translate(_HEADER_IDS.get(column, f"runs.column.{column}"), locale) for column in columns]
+    return [translate(_header_id(column), locale) for column in (history_columns() if columns is None else columns)]
 
 
 # The English headers, by which code and tests name a column (the catalogue holds the words).
@@ -106,11 +133,9 @@ class RunSummary:
     attempts: int
     exit_code: int | None
     stop_reason: str
-    # What the run was started with (config.yaml, else form.json); None where unknown.
-    learning_rate: float | None = None
-    epochs: float | None = None
-    max_steps: int | None = None  # > 0 overrides epochs
-    dataset: str = ""
+    # What the run was started with (config.yaml, else form.json), typed, by form name: the
+    # fields a column of the table shows (schema.Field.column), those the run's files set.
+    settings: tuple[tuple[str, Any], ...] = ()
     best_eval_loss: float | None = None  # the lowest eval_loss the trainer logged
     kind: str = "train"  # "train" or "evaluate" (RunState.kind)
     source_run: str = ""  # of an evaluation: the run it evaluated
@@ -120,16 +145,6 @@ class RunSummary:
     job_id: str = ""  # a Slurm run's job (the current attempt's)
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """The settings a run is compared on, from its config.yaml (else its form.json)."""
-
-    learning_rate: float | None = None
-    epochs: float | None = None
-    max_steps: int | None = None
-    dataset: str = ""
-
-
 # --- reading the end of a log, cached -------------------------------------------------
 
 _cache_lock = threading.Lock()
@@ -137,7 +152,7 @@ T = TypeVar("T")
 _tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
 _curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
 _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
-_settings_cache: dict[Path, tuple[tuple[tuple[int, int] | None, ...], RunSettings]] = {}
+_settings_cache: dict[Path, tuple[tuple[tuple[int, int] | None, ...], tuple[tuple[str, Any], ...]]] = {}
 # path -> (bytes scanned so far, lowest eval_loss in them): a growing log is scanned once.
 _eval_cache: dict[Path, tuple[int, float | None]] = {}
 _scores_cache: dict[Path, tuple[tuple[int, int], Scores | None]] = {}
@@ -281,25 +296,11 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _settings_from(data: Any) -> RunSettings | None:
-    if not isinstance(data, dict):
-        return None
-    # config.yaml has LLaMA-Factory's flat keys; form.json has the form's, which are the same names.
-    dataset = data.get("dataset", "")
-    if isinstance(dataset, (list, tuple)):
-        dataset = ",".join(str(part) for part in dataset)
-    max_steps = _number(data.get("max_steps"))
-    return RunSettings(
-        learning_rate=_number(data.get("learning_rate")),
-        epochs=_number(data.get("num_train_epochs")),
-        max_steps=int(max_steps) if max_steps is not None else None,
-        dataset=str(dataset).strip() if isinstance(dataset, (str, int, float)) else "",
-    )
-
-
-def read_settings(run_dir: Path) -> RunSettings:
-    """A run's learning rate, length and dataset: from config.yaml (what the trainer read),
-    filled in from form.json; each read bounded (SMALL_FILE_MAX_BYTES) and without following
+def read_settings(run_dir: Path) -> tuple[tuple[str, Any], ...]:
+    """The typed values of the fields the table's columns show (schema.Field.column), by form
+    name: from config.yaml (what the trainer read), else form.json, each read through the
+    schema (backend/config/run_form.py); a field neither file sets, or sets to a value that
+    does not parse, is left out. Each read bounded (SMALL_FILE_MAX_BYTES), without following
     links, and cached while both files keep their size and mtime."""
     from backend.runs import CONFIG_FILE, FORM_FILE
 
@@ -308,30 +309,29 @@ def read_settings(run_dir: Path) -> RunSettings:
     return _memo(_settings_cache, run_dir, key, lambda: _merged_settings(run_dir, files, key))
 
 
-def _merged_settings(run_dir: Path, files: tuple[str, ...], key: tuple) -> RunSettings:
+def _merged_settings(run_dir: Path, files: tuple[str, ...], key: tuple) -> tuple[tuple[str, Any], ...]:
     """config.yaml's values, each missing one filled in from form.json (`key`: each file's
     size and mtime, None when it is not there)."""
     import yaml
 
-    found: list[RunSettings] = []
-    for name, file_key, parse in zip(files, key, (yaml.safe_load, json.loads)):
+    from backend.config import schema
+    from backend.config.run_form import form_from_args, saved_run
+
+    found = []
+    for name, file_key, values_of in zip(files, key, (lambda text: form_from_args(yaml.safe_load(text)), json.loads), strict=True):
         if file_key is None:
             continue
         try:
-            settings = _settings_from(parse(safe_files.read_text(run_dir, name, SMALL_FILE_MAX_BYTES)))
+            found.append(saved_run(values_of(safe_files.read_text(run_dir, name, SMALL_FILE_MAX_BYTES))))
         except (OSError, ValueError, yaml.YAMLError):
             continue
-        if settings is not None:
-            found.append(settings)
-    merged = RunSettings()
-    for settings in reversed(found):  # config.yaml's values win
-        merged = RunSettings(
-            learning_rate=settings.learning_rate if settings.learning_rate is not None else merged.learning_rate,
-            epochs=settings.epochs if settings.epochs is not None else merged.epochs,
-            max_steps=settings.max_steps if settings.max_steps is not None else merged.max_steps,
-            dataset=settings.dataset or merged.dataset,
-        )
-    return merged
+    settings = []
+    for form_field in schema.run_fields():
+        if form_field.column:
+            known = next((saved for saved in found if saved.known(form_field.name)), None)  # config.yaml's wins
+            if known is not None:
+                settings.append((form_field.name, known.config.value(form_field.name)))
+    return tuple(settings)
 
 
 def read_best_eval_loss(path: Path, run_dir: Path | None = None) -> float | None:
@@ -453,7 +453,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
         tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir)
         # An evaluation trains nothing: no learning rate nor length, and its dataset is the
         # held-out one (its form.json is the trained run's).
-        settings = read_settings(run_dir) if state.kind != "evaluate" else RunSettings(dataset=read_evaluated_dataset(run_dir))
+        settings = read_settings(run_dir) if state.kind != "evaluate" else (("dataset", read_evaluated_dataset(run_dir)),)
         summaries.append(
             RunSummary(
                 id=state.id,
@@ -469,10 +469,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 attempts=state.attempts,
                 exit_code=state.exit_code,
                 stop_reason=state.stop_reason,
-                learning_rate=settings.learning_rate,
-                epochs=settings.epochs,
-                max_steps=settings.max_steps,
-                dataset=settings.dataset,
+                settings=settings,
                 best_eval_loss=read_best_eval_loss(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir),
                 kind=state.kind,
                 source_run=state.source_run,
@@ -537,8 +534,32 @@ def format_started(created: str) -> str:
         return created
 
 
+def _setting_value(s: RunSummary, column: str) -> Any:
+    """The typed value a settings column of `s` holds (the length column: max steps when > 0,
+    else the epochs); None where the run's files do not say."""
+    values = dict(s.settings)
+    if column == "length":
+        steps = values.get("max_steps")
+        return steps if steps is not None and steps > 0 else values.get("num_train_epochs")
+    return next((values[f.name] for f in _column_fields(column) if f.name in values), None)
+
+
+def _setting_words(s: RunSummary, column: str, locale: str) -> str:
+    if column == "length":
+        values = dict(s.settings)
+        return format_length(values.get("num_train_epochs"), values.get("max_steps"), locale)
+    value = _setting_value(s, column)
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return format_rate(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
-    """What each column (HISTORY_COLUMNS) shows of a run, in `locale`; the state words are the
+    """What each column (history_columns()) shows of a run, in `locale`; the state words are the
     catalogue's (state.*)."""
     steps = "" if s.step is None else (f"{s.step} / {s.total_steps}" if s.total_steps else str(s.step))
     state = translate(f"state.{s.state}", locale) if f"state.{s.state}" in CATALOGUE[DEFAULT_LOCALE] else s.state
@@ -552,9 +573,7 @@ def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
         "kind": translate(f"eval.kind.{s.kind}", locale),
         "preset": s.preset,
         "model": short_model(s.model),
-        "dataset": s.dataset,
-        "learning_rate": format_rate(s.learning_rate),
-        "length": format_length(s.epochs, s.max_steps, locale),
+        **{column: _setting_words(s, column, locale) for column in setting_columns()},
         "state": state,
         "where": translate("where.slurm", locale, job=s.job_id or "?") if s.executor == "slurm" else translate("where.local", locale),
         "steps": steps,
@@ -566,16 +585,17 @@ def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
     }
 
 
-def summaries_table(summaries: Sequence[RunSummary], locale: str = "en", columns: Sequence[str] = HISTORY_COLUMNS) -> list[list[Any]]:
+def summaries_table(summaries: Sequence[RunSummary], locale: str = "en", columns: Sequence[str] | None = None) -> list[list[Any]]:
     """Rows for a gr.Dataframe whose headers are `history_headers(locale, columns)`."""
     rows = []
+    columns = history_columns() if columns is None else columns
     for s in summaries:
         words = summary_words(s, locale)
         rows.append([words[column] for column in columns])
     return rows
 
 
-def summaries_sort_values(summaries: Sequence[RunSummary], columns: Sequence[str] = HISTORY_COLUMNS) -> list[list[Any]]:
+def summaries_sort_values(summaries: Sequence[RunSummary], columns: Sequence[str] | None = None) -> list[list[Any]]:
     """What each cell of `summaries_table` sorts by: numbers where the table shows a number
     ("1e-05" after "0.0002" as text; "13 / 30" after "5 / 30"), the ISO time for the start,
     None where the shown words sort right (RocBoard.history_table puts them in)."""
@@ -584,10 +604,11 @@ def summaries_sort_values(summaries: Sequence[RunSummary], columns: Sequence[str
         return value if value is not None and math.isfinite(value) else None
 
     rows = []
+    columns = history_columns() if columns is None else columns
     for s in summaries:
+        numbers = {column: _setting_value(s, column) for column in setting_columns()}
         values = {
-            "learning_rate": s.learning_rate,
-            "length": s.max_steps if s.max_steps is not None and s.max_steps > 0 else s.epochs,
+            **{column: value for column, value in numbers.items() if isinstance(value, (int, float)) and not isinstance(value, bool)},
             "steps": s.step,
             "last_loss": finite(s.last_loss),
             "best_eval_loss": finite(s.best_eval_loss),
@@ -655,11 +676,11 @@ __all__ = [
     "HISTORY_HEADERS",
     "TABLE_COLUMNS",
     "LogTail",
-    "RunSettings",
     "RunSummary",
     "format_duration",
     "summaries_sort_values",
     "format_length",
+    "history_columns",
     "history_headers",
     "overlay_figure",
     "read_best_eval_loss",

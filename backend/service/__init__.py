@@ -1,5 +1,12 @@
 """RocBoard's backend facade: what the page (and the tests) call.
 
+Its shape (docs/architecture.md, "The facade"; held by tests/test_architecture.py): the page
+calls RocBoard's own methods, and the desks it hands out by name (`RocBoard.DESKS`: data,
+chat, evaluations, exports), each the whole of one tab's questions. Everything else it holds
+(store, run_manager, pipeline, monitors, decisions, doctor, helper) is the backend's own: the
+page never reaches into it. The facade decides nothing itself; each method is one call into
+the part whose concern it is.
+
 A thin front over parts with one job each, composed once per app (not per browser tab):
 
 - `ConfigPipeline` (pipeline.py): form -> typed config -> findings; preview, estimate,
@@ -9,15 +16,13 @@ A thin front over parts with one job each, composed once per app (not per browse
 - `RunDecisions` (decisions.py): what the backend decides about a run on its own (stop on
   NaN, build the adapter zip), whether or not a tab is open.
 - `DoctorCache` (doctor_cache.py): the machine's checks, gathered once.
-- `RunView` (run_view.py): the run panel's contents, typed, for the page to show.
+- `RunView` (run_view.py): the run panel's contents, typed, for the page to show
+  (`panel_view`); why a run failed: failure.py; its adapter's download: runs/artifacts.py.
 - `DataDesk` (data_desk.py): the user's datasets: read a file, register it, measure it.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -27,23 +32,22 @@ from typing import TYPE_CHECKING, Any
 
 from backend.config import RunConfig
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
-from backend.findings import Finding, has_problems
-from backend.runs import CONFIG_FILE, RunNotFound, RunState, RunStore, artifacts, safe_files
-from backend.runs.launcher import Launcher
-
-RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
 from backend.export.target import default_export_roots
+from backend.findings import Finding, has_problems
+from backend.runs import RunNotFound, RunState, RunStore, artifacts
+from backend.runs.launcher import Launcher
 from backend.service.chat_desk import ChatDesk
 from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, default_data_roots
 from backend.service.decisions import RunDecisions
 from backend.service.doctor_cache import DoctorCache
 from backend.service.evaluation_desk import EvaluationDesk
 from backend.service.export_desk import ExportDesk
-from backend.service.live import LiveAnswer, live_answer, panel_version
-from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor, log_tail
+from backend.service.failure import failure_cause
+from backend.service.live import LiveAnswer, live_answer
+from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Monitors, RunMonitor
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
-from backend.service.run_view import RunView, gone_view, idle_view, run_view, unchanged_view
+from backend.service.run_view import RunView, panel_view
 from backend.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
@@ -75,6 +79,10 @@ def demo_form() -> dict[str, Any]:
 
 class RocBoard:
     """One per app: the runs directory and the parts that work on it."""
+
+    # The parts the page is handed by name, each a tab's whole interface (the page may call
+    # `board.<desk>.<method>`); every other attribute set in __init__ is not the page's.
+    DESKS = ("data", "chat", "evaluations", "exports")
 
     def __init__(
         self,
@@ -162,6 +170,11 @@ class RocBoard:
     @property
     def sampler(self) -> Sampler | None:
         return self.run_manager.sampler
+
+    @property
+    def runs_dir(self) -> Path:
+        """The runs directory (its absolute path)."""
+        return self.store.root
 
     # --- the config pipeline ----------------------------------------------------------
 
@@ -294,6 +307,10 @@ class RocBoard:
     def runs(self) -> list[RunState]:
         return self.run_manager.runs()
 
+    def live_runs(self) -> list[RunState]:
+        """Every run with something alive: the local one, and each Slurm job pending or running."""
+        return self.run_manager.live_runs()
+
     def is_active(self, run_id: str) -> bool:
         return self.run_manager.is_active(run_id)
 
@@ -303,13 +320,13 @@ class RocBoard:
     def run_form(self, run_id: str) -> dict[str, Any] | None:
         """The form a run was started from (every field; defaults where its form.json has
         none), for the page to show beside its charts; None when the run is gone."""
-        from backend.config.distributed import form_from_saved
+        from backend.config.run_form import read_saved_run
 
         try:
             self.store.read(run_id)
         except RunNotFound:
             return None
-        return form_from_saved(self.store.read_form(run_id))
+        return read_saved_run(self.store.run_dir(run_id)).form
 
     def run_to_show(self) -> RunState | None:
         """What a freshly opened tab's Train tab shows: the training run training here, else
@@ -373,41 +390,7 @@ class RocBoard:
 
     def run_view(self, run_id: str | None, locale: str = "en", shown: tuple | None = None) -> RunView:
         """What the run panel shows of `run_id`; `unchanged` when it is the `shown` version."""
-        if run_id is None:
-            return idle_view(locale)
-        try:
-            snapshot = self.snapshot(run_id)
-        except RunNotFound:
-            return gone_view(run_id, locale)
-        position = self.run_manager.queue.position(run_id) if snapshot.run.state == "queued" else None
-        version = panel_version(snapshot.version, locale, position)
-        if version == shown:
-            return unchanged_view(snapshot, version)
-        cause = fix = ""
-        if snapshot.run.state == "failed":
-            cause, fix = self.failure_cause(run_id, locale)
-        problem = self.run_manager.slurm.problem() if not snapshot.run.local else None
-        from backend.view import where_markdown
-
-        where = where_markdown(snapshot.run, locale, position, problem.detail if problem else "")
-        resumable = False
-        if snapshot.run.state in ("stopped", "failed"):
-            from backend.runs.resume import Refusal, resume_plan
-
-            resumable = not isinstance(resume_plan(self.store, run_id, snapshot.run), Refusal)
-        download = None
-        if snapshot.has_adapter and not snapshot.run.active:
-            try:
-                download = self.adapter_download(run_id)
-            except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
-                download = None
-        config_yaml = None  # a tick of a run already shown: its config.yaml is on the page
-        if shown is None:
-            try:
-                config_yaml = safe_files.read_text(self.store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
-            except (OSError, UnicodeDecodeError, ValueError):
-                config_yaml = ""
-        return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where)
+        return panel_view(self.run_manager, self.export_dir, run_id, locale, shown)
 
     def live(self, run_id: str, locale: str = "en", drawn: str = "") -> LiveAnswer:
         """The watcher's tick (ui/live.py): has `run_id` moved on from the `drawn` version,
@@ -415,57 +398,13 @@ class RocBoard:
         return live_answer(self.monitors, self.run_manager, run_id, locale, drawn)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
-        """(cause, fix) of a failed run: what Slurm ended it for (a time limit, a node), else
-        what its train.log (and a Slurm job's own log) says; empty when unknown."""
-        from backend.diagnose import summarize_failure
-
-        state = self.store.read(run_id)
-        run_dir = self.store.run_dir(run_id)
-        if not state.local:
-            from backend.runs.resume import Refusal, resume_plan
-            from backend.view import slurm_cause
-
-            plan = resume_plan(self.store, run_id, state)
-            checkpoint = "" if isinstance(plan, Refusal) else plan.checkpoint.name
-            cause, fix = slurm_cause(state, checkpoint, locale)
-            if cause:
-                return cause, fix
-        text = log_tail(run_dir, lines=400, max_bytes=400_000)
-        if state.job_id:
-            # The batch script's own output: srun's errors, a node that could not start Python.
-            text += "\n" + log_tail(run_dir, lines=200, max_bytes=100_000, name=f"slurm-{state.job_id}.log")
-        top = summarize_failure(text, state.exit_code).diagnosis
-        return top.text(locale) if top is not None else ("", "")
+        """(cause, fix) of a failed run (backend/service/failure.py); empty when unknown."""
+        return failure_cause(self.store, self.store.read(run_id), locale)
 
     def adapter_download(self, run_id: str) -> Path:
-        """A servable copy of the run's adapter.zip (in the app's temp export dir).
-
-        The archive itself is built when the run ends (backend/service/decisions.py); here it
-        is only rebuilt when the adapter is newer (a run that ended before this app started).
-        A copy, not a hard link: a rename between two names of one file does nothing, so a
-        linked temp name would stay behind and break the next view. The copy is made under
-        an unpredictable temp name and renamed over the last one; when the last copy is
-        already of this archive (same size and mtime), it is served again as it is."""
-        run_dir = self.store.run_dir(run_id)
-        artifacts.build_adapter_zip(run_dir)
-        target_dir = self.export_dir / run_id
-        target_dir.mkdir(parents=True, exist_ok=True)
-        target = target_dir / f"{run_id}-adapter.zip"
-        with safe_files.opened(run_dir, artifacts.ADAPTER_ZIP) as source:
-            found = os.fstat(source.fileno())
-            try:
-                copied = os.lstat(target)
-                if stat.S_ISREG(copied.st_mode) and (copied.st_size, copied.st_mtime_ns) == (found.st_size, found.st_mtime_ns):
-                    return target
-            except OSError:
-                pass
-            with safe_files.atomic_writer(target_dir, target.name) as out:
-                shutil.copyfileobj(source, out, 1024 * 1024)
-                out.flush()
-                # The archive's mtime on the copy (set before the rename) tells the next view
-                # that this copy is of the same archive.
-                os.utime(out.fileno(), ns=(found.st_atime_ns, found.st_mtime_ns))
-        return target
+        """A servable copy of the run's adapter.zip, in the app's temp export dir
+        (artifacts.adapter_download)."""
+        return artifacts.adapter_download(self.store.run_dir(run_id), self.export_dir, run_id)
 
     # --- the doctor ---------------------------------------------------------------------
 

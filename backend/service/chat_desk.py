@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.chat.server import ChatServer, GenerationSettings, ServerSpec, StreamBroken
 from backend.findings import Finding
+from backend.i18n import Message
 from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, artifacts, safe_files
 
 if TYPE_CHECKING:
@@ -130,15 +131,18 @@ class ChatDesk:
             return []
 
     def _model_of(self, run_id: str) -> tuple[str, str, str]:
-        """(base model path, template, finetuning type) the run trained with (form.json)."""
-        form = self.store.read_form(run_id)
-        model = str(form.get("model_path") or form.get("model_name_or_path") or "")
+        """(base model path, template, finetuning type) the run trained with (its saved form,
+        typed: backend/config/run_form.py)."""
+        from backend.config.run_form import read_saved_run
+
+        config = read_saved_run(self.store.run_dir(run_id)).config
+        model = config.model.model_name_or_path
         if not model:
             try:
                 model = self.store.read(run_id).model
             except (RunNotFound, OSError, ValueError):
                 model = ""
-        return model, str(form.get("template") or "default"), str(form.get("finetuning_type") or "lora")
+        return model, config.model.template, config.method.finetuning_type
 
     def _active_run(self) -> RunState | None:
         if self.run_manager is not None:
@@ -158,7 +162,7 @@ class ChatDesk:
         except (RunNotFound, OSError, ValueError):
             return [Finding.of("run", "chat-unknown-run", run_id=run_id)]
         if state.active:
-            return [Finding.of("run", "chat-run-active", run_id=run_id, state=state.state)]
+            return [Finding.of("run", "chat-run-active", run_id=run_id, state=Message(f"state.{state.state}"))]
         active = self._active_run()
         if active is not None:
             return [Finding.of("run", "chat-gpu-busy", run_id=active.id)]

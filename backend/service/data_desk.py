@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.config import parse_form
 from backend.config.paths import default_data_roots  # noqa: F401 (re-exported: the app and its tests name it here)
-from backend.data.dataset_file import LAYOUTS, ColumnMapping, Inspection, roles_of
+from backend.data.dataset_file import Inspection
+from backend.data.layout import LAYOUTS, ColumnMapping, roles_of
 from backend.data.registry import DatasetRegistry
 from backend.findings import Finding
 from backend.i18n import translate as t
@@ -246,13 +248,14 @@ class DataDesk:
 
         if not name or name not in self.names():
             return LengthsView(None, "", "", findings_markdown([Finding.of("dataset", "data-not-registered", name=repr(name or ""))], locale))
-        model_path = str(form.get("model_path") or "").strip()
+        # The form typed (its defaults and bounds are the schema's; a bad value is its default).
+        config, _ = parse_form(form)
+        model_path = config.model.model_name_or_path
         if not model_path:
             return LengthsView(None, "", "", findings_markdown([Finding.of("model_path", "data-model-needed")], locale))
-        cutoff = _int(form.get("cutoff_len"), 1024)
-        stage = "pt" if str(form.get("stage") or "sft") == "pt" else "sft"
+        stage = "pt" if config.method.stage == "pt" else "sft"
         report, findings = measure_lengths(
-            model_path, str(form.get("template") or ""), str(self.folder), name, cutoff, stage=stage, max_examples=MEASURED_EXAMPLES_MAX
+            model_path, config.model.template, str(self.folder), name, config.data.cutoff_len, stage=stage, max_examples=MEASURED_EXAMPLES_MAX
         )
         shown_findings = findings_markdown(list(findings), locale)
         if report is None:
@@ -310,12 +313,3 @@ def example_html(segments: Sequence[Any], locale: str = "en") -> str:
         f'<mark class="rb-trained">{html.escape(t("datatab.example_trained", locale))}</mark></div>'
     )
     return legend + '<pre class="rb-example">' + "".join(parts) + "</pre>"
-
-
-def _int(value: Any, default: int) -> int:
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return number if number > 0 else default
-

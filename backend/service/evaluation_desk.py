@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.config.run_form import SavedRun, read_saved_run
 from backend.evaluate.held_out import SameData, TrainedOn, trained_on
 from backend.evaluate.plan import (
     EVAL_BATCH_DEFAULT,
@@ -39,8 +40,9 @@ from backend.evaluate.results import (
     read_scores,
 )
 from backend.findings import Finding, has_problems
-from backend.i18n import translate
+from backend.i18n import Message, translate
 from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, artifacts
+from backend.service.failure import failure_cause
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
@@ -115,12 +117,12 @@ class EvaluationDesk:
             return []
         return [(translate("word.final_adapter", locale) if name == FINAL_CHECKPOINT else name, name) for name in self.checkpoints(run_id)]
 
+    def _saved(self, run_id: str) -> SavedRun:
+        """The run's saved form, typed (backend/config/run_form.py)."""
+        return read_saved_run(self.store.run_dir(run_id))
+
     def _val_size(self, run_id: str) -> float:
-        value = self.store.read_form(run_id).get("val_size", 0)
-        try:
-            return float(value) if not isinstance(value, bool) else 0.0
-        except (TypeError, ValueError):
-            return 0.0
+        return float(self._saved(run_id).config.value("val_size"))
 
     @staticmethod
     def _demo_dir() -> Path:
@@ -138,7 +140,7 @@ class EvaluationDesk:
 
     def _trained_on(self, run_id: str) -> TrainedOn:
         try:
-            return trained_on(self.store.read_form(run_id), self.store.run_dir(run_id))
+            return trained_on(self._saved(run_id).form, self.store.run_dir(run_id))
         except RunNotFound:
             return TrainedOn("", (), ())
 
@@ -190,10 +192,7 @@ class EvaluationDesk:
             return translate("eval.held_out.none", locale, datasets=names(trained.names) or code_span("?"))
         choice = choice if choice in offered else offered[0]
         if choice == SPLIT_CHOICE:
-            from backend.config.distributed import form_from_saved
-
-            form = form_from_saved(self.store.read_form(run_id))
-            line = translate("eval.held_out.split", locale, datasets=names(trained.names), val_size=f"{self._val_size(run_id):g}", seed=form.get("seed", ""))
+            line = translate("eval.held_out.split", locale, datasets=names(trained.names), val_size=f"{self._val_size(run_id):g}", seed=self._saved(run_id).config.training.seed)
         elif choice.startswith(DATA_PREFIX):
             line = translate("eval.held_out.registered", locale, name=code_span(choice[len(DATA_PREFIX) :], 80))
         else:
@@ -234,8 +233,6 @@ class EvaluationDesk:
     def _prepare(self, run_id: Any, dataset: Any, checkpoint: Any, max_samples: Any, max_new_tokens: Any):
         import yaml
 
-        from backend.config.distributed import form_from_saved
-
         refuse = lambda *found: (list(found), None)  # noqa: E731
         try:
             source = self.store.read(run_id)
@@ -246,7 +243,7 @@ class EvaluationDesk:
             return refuse(Finding.of("evaluate", "eval-not-trained", run_id=run_id))
         active = self.run_manager.active_run()
         if active is not None:
-            return refuse(Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=active.state))
+            return refuse(Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=Message(f"state.{active.state}")))
         checkpoint = checkpoint or FINAL_CHECKPOINT
         adapters = self.checkpoints(run_id)
         if not adapters:
@@ -265,12 +262,13 @@ class EvaluationDesk:
         held_out = self._held_out(str(dataset or ""))
         if held_out is None:
             return refuse(Finding.of("dataset", "eval-dataset-missing", dataset=str(dataset)[:80]))
-        form = form_from_saved(self.store.read_form(run_id))
+        saved = self._saved(run_id)
+        form = saved.form
         if held_out.is_split and self._val_size(run_id) <= 1e-6:
             return refuse(Finding.of("dataset", "eval-no-split", run_id=run_id))
         if self._is_training_data(self._trained_on(run_id), str(dataset)):
             return refuse(Finding.of("dataset", "eval-trained-on", run_id=run_id, dataset=held_out.name[:80]))
-        model = str(form.get("model_path") or "")
+        model = saved.config.model.model_name_or_path
         if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
             return refuse(Finding.of("model_path", "eval-base-missing", run_id=run_id, model=model))
         # The source's form, held out as asked, through the pipeline: its checks (the dataset's
@@ -281,7 +279,7 @@ class EvaluationDesk:
         config, findings, preset = self.pipeline.parse(checked_form)
         if has_problems(findings):
             return findings, None
-        eval_batch = bounded_int(form.get("per_device_eval_batch_size"), 1, EVAL_BATCH_LIMIT) or EVAL_BATCH_DEFAULT
+        eval_batch = bounded_int(saved.config.value("per_device_eval_batch_size"), 1, EVAL_BATCH_LIMIT) or EVAL_BATCH_DEFAULT
         adapter_dir = source_dir / OUTPUT_DIR if checkpoint == FINAL_CHECKPOINT else source_dir / OUTPUT_DIR / checkpoint
         train_args = self.pipeline.run_args(config, None, OUTPUT_DIR)
         # LLaMA-Factory's own parser on what the predict run will read (with a scratch
@@ -296,7 +294,7 @@ class EvaluationDesk:
             "source_run": run_id,
             "checkpoint": checkpoint,
             "dataset": str(dataset),
-            "dataset_name": held_out.name if not held_out.is_split else f"{form.get('dataset', '')} · val_size {self._val_size(run_id):g}",
+            "dataset_name": held_out.name if not held_out.is_split else f"{','.join(saved.config.data.datasets)} · val_size {self._val_size(run_id):g}",
             "max_samples": None if held_out.is_split else samples,
             "max_new_tokens": tokens,
         }
@@ -380,7 +378,7 @@ class EvaluationDesk:
             status = translate("eval.status.stopped", locale, run_id=run)
         else:
             status = translate("eval.status.failed", locale, run_id=run)
-            cause, fix = self._failure(eval_id, state, locale)
+            cause, fix = failure_cause(self.store, state, locale)
             if cause:
                 status += f"\n\n**{translate('word.cause', locale)}:** {cause}\n\n**{translate('word.fix', locale)}:** {fix}"
         return EvaluationView(eval_id, state.state, False, status, scores_markdown(scores, locale), rows, prompts)
@@ -400,14 +398,6 @@ class EvaluationDesk:
             return ""
         ended = answer.state in ("finished", "stopped", "failed")
         return translate("eval.table.none_written" if ended else "eval.table.empty", locale)
-
-    def _failure(self, eval_id: str, state: RunState, locale: str) -> tuple[str, str]:
-        from backend.diagnose import summarize_failure
-        from backend.service.monitors import log_tail
-
-        text = log_tail(self.store.run_dir(eval_id), lines=400, max_bytes=400_000)
-        top = summarize_failure(text, state.exit_code).diagnosis
-        return top.text(locale) if top is not None else ("", "")
 
 
 def scores_markdown(scores: Scores | None, locale: str = "en") -> str:

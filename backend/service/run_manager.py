@@ -25,6 +25,7 @@ from backend.config import RunConfig
 from backend.config.placement import LocalPlacement, Placement, SlurmPlacement
 from backend.config.presets import HardwarePreset
 from backend.findings import Finding, has_problems
+from backend.i18n import Message
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files, starter_fields
 from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env
@@ -198,7 +199,8 @@ class RunManager:
         its launch.json (what its trainer will get), and it joins the queue first."""
         import yaml
 
-        from backend.config.distributed import deepspeed_files, free_port, saved_form
+        from backend.config.distributed import deepspeed_files, free_port
+        from backend.config.run_form import saved_form
 
         if plan is not None and plan.nnodes == 1 and not queued and isinstance(placement, LocalPlacement):
             plan = replace(plan, master_port=free_port())
@@ -266,7 +268,7 @@ class RunManager:
         with self._lock, self.queue.locked():
             active = self.active_run()
             if active is not None:
-                return StartResult(None, findings + [Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=active.state)])
+                return StartResult(None, findings + [Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=Message(f"state.{active.state}"))])
             state = self.store.create(name=name, preset=preset, model=model, files=files, run_id=run_id, kind="evaluate", source_run=source_run)
             return StartResult(self.launch(state.id, env), findings)
 
@@ -319,7 +321,7 @@ class RunManager:
         with self._lock, self.queue.locked():
             state = self.store.read(run_id)
             if state.state != "queued":
-                return [Finding.of("queue", "not-queued", run_id=run_id, state=state.state)]
+                return [Finding.of("queue", "not-queued", run_id=run_id, state=Message(f"state.{state.state}"))]
             self.queue.leave(run_id)
             self.store.update(run_id, state="stopped", stop_reason="reason.cancelled_in_queue", stop_reason_params={}, queued_at=None, ended_at=time.time())
         return []
@@ -459,13 +461,13 @@ class RunManager:
                 current = None
             active = self.active_run() if current is None or current.local else None
             if active is not None:
-                return StartResult(None, [Finding.of("resume", "run-active", message="run-active-resume", run_id=active.id, state=active.state)])
+                return StartResult(None, [Finding.of("resume", "run-active", message="run-active-resume", run_id=active.id, state=Message(f"state.{active.state}"))])
             refusal = resume_plan(self.store, run_id, current)
             if isinstance(refusal, Refusal):
                 return StartResult(None, [refusal.finding()])
-            from backend.config.distributed import form_from_saved
+            from backend.config.run_form import read_saved_run
 
-            form = form_from_saved(self.store.read_form(run_id))
+            form = read_saved_run(self.store.run_dir(run_id)).form
             preset = self.pipeline.preset(str(form.get("preset", "")))
             plan, plan_findings = self.pipeline.plan_of(form, preset)
             placement, placement_findings = self.pipeline.placement_of(form, preset)
@@ -551,7 +553,7 @@ class RunManager:
         with self._lock, self.queue.locked():  # a resume cannot start the run while it is being removed
             state = self.refresh(run_id)
             if state.active:
-                return [Finding.of("delete", "run-active", message="run-active-delete", run_id=run_id, state=state.state)]
+                return [Finding.of("delete", "run-active", message="run-active-delete", run_id=run_id, state=Message(f"state.{state.state}"))]
             self.queue.leave(run_id)
             self.monitors.forget(run_id)
             self._last_seen.pop(run_id, None)
