@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import psutil
 
@@ -58,8 +58,9 @@ SERVER_START_TIMEOUT_S = 180.0
 # --- statistics and conditions ----------------------------------------------------------
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
-    """Median and spread of repeated measurements, in the unit they were given in."""
+def spread(values: Sequence[float | None]) -> dict[str, float]:
+    """Median and spread of repeated measurements, in the unit they were given in (a None,
+    a measurement that was not taken, is left out)."""
     ordered = sorted(v for v in values if v is not None)
     if not ordered:
         return {"n": 0}
@@ -254,6 +255,10 @@ def process_start_offset() -> float:
     return _START_TIME_OFFSET
 
 
+@overload
+def process_started_at(create_time: float) -> float: ...
+@overload
+def process_started_at(create_time: float | None) -> float | None: ...
 def process_started_at(create_time: float | None) -> float | None:
     """A process's create_time() on the time.time() clock."""
     return None if create_time is None else create_time - process_start_offset()

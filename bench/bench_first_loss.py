@@ -113,7 +113,7 @@ def rocboard_trial(browser: Any, server: Any) -> dict[str, Any]:
             return runs_dir / state["id"] / "output" if state else None
 
         watcher = OutputWatcher(output_dir).start()
-        helpers_at_click = len(process_tree(server.process.pid)) - 1
+        helpers_at_click = len(process_tree(server.pid)) - 1
         clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)
         watcher.stop()
         state = next(s for s in run_states(runs_dir) if s["id"] == run_id)
@@ -270,14 +270,14 @@ def run(quick: bool = False) -> dict[str, Any]:
                 # A user who presses Start as soon as the page is up, while the server's
                 # start-up helpers (the doctor's probe, the demo's argument check) still run.
                 result["cold_trial"] = rocboard_trial(browser, rocboard)
-                result["rocboard_helpers_settled_s"] = helpers_settled(rocboard.process.pid)
+                result["rocboard_helpers_settled_s"] = helpers_settled(rocboard.pid)
                 llamaboard.start()
                 result["llamaboard_serving_s"] = llamaboard.serving_after_s
-                result["llamaboard_quiet_after_s"] = wait_quiet([llamaboard.process.pid])
+                result["llamaboard_quiet_after_s"] = wait_quiet([llamaboard.pid])
                 for index in range(rounds):
                     order = ["rocboard", "llamaboard"] if index % 2 == 0 else ["llamaboard", "rocboard"]
                     for kind in order:
-                        wait_quiet([rocboard.process.pid, llamaboard.process.pid])
+                        wait_quiet([rocboard.pid, llamaboard.pid])
                         if kind == "rocboard":
                             trials[kind].append(rocboard_trial(browser, rocboard))
                         else:
@@ -369,7 +369,7 @@ def phase_notes(summary: dict[str, Any], result: dict[str, Any]) -> list[str]:
             f" without that helper (this start path, a fresh interpreter) a first call costs {path['start_first']['median']:.1f} s"
             f" (a one-shot check importing torch) and {path['start_again']['median'] * 1000:.0f} ms once the same form was checked"
         )
-        return notes
+    return notes
 
 
 def report(result: dict[str, Any]) -> str:

@@ -166,7 +166,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             try:
                 with chromium_browser() as browser:
                     first_load = page_load(browser, server.url, HISTORY_POINTS)
-                    settle_s = helpers_settled(server.process.pid)
+                    settle_s = helpers_settled(server.pid)
                     page_load(browser, server.url, HISTORY_POINTS)  # warm-up, not counted
                     loads = [page_load(browser, server.url, HISTORY_POINTS) for _ in range(page_repeats)]
                     warm_loads = [page_load(browser, server.url, HISTORY_POINTS, warm_cache=True) for _ in range(warm_repeats)]

@@ -93,14 +93,14 @@ def watch_cpu(server_pid: int, seconds: float, trainer_log: Path | None = None, 
 
 
 def steady_watch(workdir: Path, browser: Any, server: Any, runs_dir: Path, seconds: float, long_history: bool) -> dict[str, Any]:
-    figures: dict[str, Any] = {"no_tab": watch_cpu(server.process.pid, seconds)}
+    figures: dict[str, Any] = {"no_tab": watch_cpu(server.pid, seconds)}
     run_id, trainer_log, stand_in = fake_run(runs_dir, HISTORY_POINTS, active=True)
     figures["snapshot_ms"] = snapshot_cost(runs_dir, run_id)
     try:
         context, page = open_tab(browser, server.url, HISTORY_POINTS)
         time.sleep(2.0)  # past the tab's first renders
-        figures["idle"] = watch_cpu(server.process.pid, seconds, page=page)
-        figures["one_line_per_s"] = watch_cpu(server.process.pid, seconds, trainer_log, HISTORY_POINTS + 1, HISTORY_POINTS * 10, page=page)
+        figures["idle"] = watch_cpu(server.pid, seconds, page=page)
+        figures["one_line_per_s"] = watch_cpu(server.pid, seconds, trainer_log, HISTORY_POINTS + 1, HISTORY_POINTS * 10, page=page)
         context.close()
     finally:
         kill_tree(stand_in.pid)
@@ -109,8 +109,8 @@ def steady_watch(workdir: Path, browser: Any, server: Any, runs_dir: Path, secon
         try:
             context, page = open_tab(browser, server.url, 100)
             time.sleep(2.0)
-            figures["idle_long"] = watch_cpu(server.process.pid, seconds, page=page)
-            figures["one_line_per_s_long"] = watch_cpu(server.process.pid, seconds, trainer_log, LONG_HISTORY_POINTS + 1, LONG_HISTORY_POINTS * 2, page=page)
+            figures["idle_long"] = watch_cpu(server.pid, seconds, page=page)
+            figures["one_line_per_s_long"] = watch_cpu(server.pid, seconds, trainer_log, LONG_HISTORY_POINTS + 1, LONG_HISTORY_POINTS * 2, page=page)
             context.close()
         finally:
             kill_tree(stand_in.pid)
@@ -158,7 +158,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path, max_steps: int) -> d
         page.locator("#max-steps input").fill(str(max_steps))
         page.locator("#max-steps input").press("Tab")
         known = {state["id"] for state in run_states(runs_dir)}
-        with CpuMeter(server.process.pid) as meter:
+        with CpuMeter(server.pid) as meter:
             clicked, run_id, visible = start_and_see_first_point(page, runs_dir, known)
 
             def ended() -> dict[str, Any] | None:
@@ -167,7 +167,7 @@ def rocboard_run(browser: Any, server: Any, runs_dir: Path, max_steps: int) -> d
                         return s
                 return None
 
-            with CpuMeter(server.process.pid) as watching:
+            with CpuMeter(server.pid) as watching:
                 final = wait_until(ended, TRAINER_TIMEOUT_S, interval=0.2, what=f"run {run_id} to end")
         output_dir = runs_dir / run_id / "output"
         return {
@@ -202,13 +202,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         runs_dir = server.runs_dir
         server.start()
         try:
-            result["helpers_settled_after_s"] = helpers_settled(server.process.pid)
+            result["helpers_settled_after_s"] = helpers_settled(server.pid)
             with chromium_browser() as browser:
                 result["steady_watch"] = steady_watch(workdir, browser, server, runs_dir, watch_seconds, long_history=not quick)
                 for index, kind in enumerate(order):
                     load_before = load_average()[0]
                     if kind == "cli":
-                        with CpuMeter(server.process.pid, with_browser=False) as idle_meter:
+                        with CpuMeter(server.pid, with_browser=False) as idle_meter:
                             trainer = run_cli_trainer(demo, workdir / f"cli-{index}")
                         idle_server_during_cli.append(idle_meter.cpu_percent)
                         cli_runs.append({**trainer.__dict__, "load_1m_before": load_before})

@@ -111,7 +111,11 @@ def run(quick: bool = False) -> dict[str, Any]:
                 answer = board.evaluations.start(run_id, "data:demo-sample", max_samples=12, max_new_tokens=16)
                 if answer.run is None:
                     raise RuntimeError(f"evaluation refused: {[f.problem for f in answer.findings]}")
-                wait_until(lambda eval_id=answer.run.id: not board.is_active(eval_id), 600, interval=0.25, what="the evaluation")
+
+                def evaluated(eval_id: str = answer.run.id) -> bool:
+                    return not board.is_active(eval_id)
+
+                wait_until(evaluated, 600, interval=0.25, what="the evaluation")
                 evaluations.append(time.perf_counter() - started)
             result["evaluate_s"] = evaluations
 
@@ -122,9 +126,9 @@ def run(quick: bool = False) -> dict[str, Any]:
                 for kind in kinds:
                     request = board.exports.request(run_id, str(exports / f"{kind}-{n}"), "", 1, "cpu", "q8_0" if "gguf" in kind else "none", False)
                     started = time.perf_counter()
-                    answer = board.exports.start(request)
-                    if not answer.started:
-                        raise RuntimeError(f"export refused: {[f.problem for f in answer.findings]}")
+                    export = board.exports.start(request)
+                    if not export.started:
+                        raise RuntimeError(f"export refused: {[f.problem for f in export.findings]}")
                     progress = board.exports.wait(900)
                     if progress is None or progress.phase != "done":
                         raise RuntimeError(f"export ended {progress.phase if progress else None}: {[f.problem for f in (progress.findings if progress else [])]}")

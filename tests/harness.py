@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import psutil
 
@@ -72,8 +72,8 @@ def wait_for(predicate: Callable[[], T], timeout: float, interval: float = WAIT_
         time.sleep(interval)
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, interval: float = WAIT_INTERVAL_S, what: str = "condition") -> T:
-    """The first truthy value of `predicate()`; AssertionError naming `what` after `timeout`
+def wait_until(predicate: Callable[[], T | None], timeout: float, interval: float = WAIT_INTERVAL_S, what: str = "condition") -> T:
+    """The first truthy value of `predicate()` (never None); AssertionError naming `what` after `timeout`
     seconds (a failed test, or a failed bench that run_all writes down)."""
     value = wait_for(predicate, timeout, interval)
     if not value:
@@ -162,6 +162,10 @@ def kill_tree(root: psutil.Process | int) -> None:
     kill_processes(process_tree(root))
 
 
+@overload
+def fake_run(runs_dir: Path, points: int, active: Literal[True]) -> tuple[str, Path, subprocess.Popen]: ...
+@overload
+def fake_run(runs_dir: Path, points: int, active: bool) -> tuple[str, Path, subprocess.Popen | None]: ...
 def fake_run(runs_dir: Path, points: int, active: bool) -> tuple[str, Path, subprocess.Popen | None]:
     """A run directory as RocBoard writes one, with `points` lines of trainer log and, when
     active, a stand-in trainer (`sleep`) so the server treats the run as training.
@@ -212,10 +216,18 @@ class ServerProcess:
     leaving it (also when its start fails half-way)."""
 
     port: int
+    process: subprocess.Popen | None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The started server's process id."""
+        if self.process is None:
+            raise AssertionError(f"{type(self).__name__} is not started")
+        return self.process.pid
 
     def start(self) -> ServerProcess:
         raise NotImplementedError
@@ -362,9 +374,10 @@ def train_demo_run(runs_dir: Path, name: str = "demo", timeout: float = 300.0, *
     form = {**demo_form(), "run_name": name, **form_changes}
     started = board.start(form)
     assert started.run is not None, started.findings
-    wait_until(lambda: not board.is_active(started.run.id), timeout, interval=0.5, what="the demo run to finish")
-    state = board.store.read(started.run.id)
-    assert state.state == "finished", (state, (Path(runs_dir) / started.run.id / "train.log").read_text()[-3000:])
+    run_id = started.run.id
+    wait_until(lambda: not board.is_active(run_id), timeout, interval=0.5, what="the demo run to finish")
+    state = board.store.read(run_id)
+    assert state.state == "finished", (state, (Path(runs_dir) / run_id / "train.log").read_text()[-3000:])
     return state.id
 
 

@@ -94,7 +94,8 @@ def build_evaluate_tab(board: RocBoard, texts: Texts, locale_state: Any, train: 
         runs = desk.source_choices()
         ids = [value for _, value in runs]
         chosen = current if current in ids else (ids[0] if ids else None)
-        latest = shown_id or (desk.latest().id if desk.latest() is not None else None)
+        newest = None if shown_id else desk.latest()
+        latest = shown_id or (newest.id if newest is not None else None)
         answer = desk.view(latest, locale)
         note = "" if runs else translate("eval.no_runs", locale)
         return [gr.update(choices=runs, value=chosen), *choices_for(chosen, locale), note, *shown(answer, locale, with_template)]

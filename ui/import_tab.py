@@ -136,7 +136,7 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         intent = f"yaml:{mode.get('run_id')}:{start_intent(mode, request)}:{digest(text)}"
         load, result = board.start_yaml(text, preset_id, loaded_form(preset_id, values), intent=intent)
         findings = list(load.findings) + (list(result.findings) if result is not None else [])
-        if result is None or not result.started:
+        if result is None or result.run is None:  # not started
             text_out, panel_value = shown([("findings", findings, False), ("message", "import.run_refused", {})], locale)
             return [text_out, panel_value, gr.skip(), *[gr.skip()] * len(train.open_outputs)]
         text_out, panel_value = shown([("message", "import.run_started", {"run_id": result.run.id})], locale)
