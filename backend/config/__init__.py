@@ -5,7 +5,9 @@ Form values (strings, floats, whatever the browser sent) are parsed once, here, 
 typed fields. Which fields there are, their LLaMA-Factory keys, defaults, choices and ranges
 is backend/config/schema.py's table; this module is its reader: `parse_form`, `to_form` and
 `to_llamafactory_args` walk the table, so a field added there is parsed, shown and written
-without an edit here.
+without an edit here. The section dataclasses below hold no defaults: parse_form is the only
+thing that builds them, from the schema's (a saved run is read back through it too:
+backend/config/run_form.py).
 """
 
 from __future__ import annotations

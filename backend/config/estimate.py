@@ -21,11 +21,11 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from backend.config import RunConfig
+from backend.config import RunConfig, schema
 from backend.config.presets import HardwarePreset
 from backend.i18n import Joined, Message
 
@@ -256,7 +256,8 @@ class MemoryEstimate:
 
 @dataclass(frozen=True)
 class _Knobs:
-    """The settings the estimate depends on; the cheapest-fix search varies them."""
+    """The settings the estimate depends on; the cheapest-fix search varies them. Those named
+    like a form field (backend/config/schema.py) are read from the config by that name."""
 
     finetuning_type: str
     quantization_bit: int | None
@@ -277,16 +278,12 @@ class _Knobs:
 
 
 def _knobs(config: RunConfig, preset: HardwarePreset | None) -> _Knobs:
+    # A knob named like a form field is that field's typed value (bounded by its schema range;
+    # the cheapest fix's patches name it so too).
+    form_names = {f.name for f in schema.run_fields()}
     return _Knobs(
+        **{knob.name: config.value(knob.name) for knob in fields(_Knobs) if knob.name in form_names},
         on_cpu=config.hardware.use_cpu or (preset is not None and preset.use_cpu),
-        finetuning_type=config.method.finetuning_type,
-        quantization_bit=config.method.quantization_bit,
-        precision=config.precision.precision,
-        flash_attn=config.precision.flash_attn,
-        batch_size=max(1, config.training.per_device_train_batch_size),
-        cutoff_len=max(1, config.data.cutoff_len),
-        gradient_checkpointing=config.training.gradient_checkpointing,
-        lora_rank=max(1, config.method.lora_rank),
         sequences_per_example=2 if config.method.stage in ("rm", "dpo") else 1,
         reference_model=_reference_model(config) and config.method.finetuning_type != "lora",
     )

@@ -6,7 +6,10 @@ RUN_FIELDS sees it everywhere): the defaults (`form_defaults`), form -> config a
 (backend/config/__init__.py `parse_form`, `to_form`), config -> YAML (`to_llamafactory_args`),
 YAML -> form (backend/config/yaml_import.py), the ranges (`number_ranges`), the page's field list
 and element ids (`page_fields`, `element_ids`; ui/train_tab.py builds its widgets from them),
-and the multi-GPU plan's fields (PLAN_FIELDS, the typed `DistributedPlan` of
+a preset's values (backend/config/presets.py: any run field by name), a saved run read back
+(backend/config/run_form.py), the runs table's columns (`Field.column`), what an evaluation
+keeps of the run's YAML (`Field.predict`, backend/evaluate/plan.py), and the multi-GPU
+plan's fields (PLAN_FIELDS, the typed `DistributedPlan` of
 backend/config/distributed.py). Adding a field is one `Field(...)` line here plus its `label.<name>`
 and `field.<name>` lines in each catalogue (backend/i18n/locales/*.yaml); a field without a
 typed slot in RunConfig (`path=""`) lives in `RunConfig.extra` until a rule needs it typed.
