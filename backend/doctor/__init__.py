@@ -388,8 +388,8 @@ def check_bf16(facts: MachineFacts) -> Check:
     without = [t for t in targets if not has_bf16(t)]
     if not without:
         return Check(name, "ok", M("doctor.bf16.supported", targets=", ".join(targets)))
-    reported = M("doctor.bf16.says_true") if facts.torch.bf16_reported else ""
-    return Check(name, "warning", M("doctor.bf16.unsupported", targets=", ".join(without), reported=reported), M("doctor.bf16.fix_gpu_fp16"))
+    says_true = M("doctor.bf16.says_true") if facts.torch.bf16_reported else ""
+    return Check(name, "warning", M("doctor.bf16.unsupported", targets=", ".join(without), reported=says_true), M("doctor.bf16.fix_gpu_fp16"))
 
 
 def check_telemetry(facts: MachineFacts) -> Check:
@@ -486,7 +486,7 @@ TRACKER_SEPARATOR = " · "
 def check_trackers(facts: MachineFacts) -> Check:
     """Which experiment trackers the form's report_to can use: optional, never a problem."""
     name = M("doctor.name.trackers")
-    found = [facts.trackers[t] for t in TRACKER_PACKAGES if facts.trackers.get(t)]
+    found = [version for t in TRACKER_PACKAGES if (version := facts.trackers.get(t))]
     missing = [t for t in TRACKER_PACKAGES if not facts.trackers.get(t)]
     if not found:
         return Check(name, "ok", M("doctor.trackers.none", missing=TRACKER_SEPARATOR.join(missing)), M("doctor.trackers.fix_install"), "any")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,9 @@ def default_converter() -> Path:
     return Path(sys.prefix) / "share" / "rocboard" / "llama.cpp" / CONVERTER_NAME
 
 
-def find_converter(env: dict[str, str] | None = None) -> Path | None:
+def find_converter(env: Mapping[str, str] | None = None) -> Path | None:
     """The converter script, when it is there with its conversion/ package beside it."""
-    env = os.environ if env is None else env
-    named = env.get(CONVERTER_ENV, "").strip()
+    named = (os.environ if env is None else env).get(CONVERTER_ENV, "").strip()
     for candidate in ([Path(named)] if named else []) + [default_converter()]:
         if candidate.is_file() and all((candidate.parent / part / "__init__.py").is_file() for part in ("conversion", "gguf-py/gguf")):
             return candidate.resolve()

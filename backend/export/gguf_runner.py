@@ -27,6 +27,8 @@ def load_converter(path: Path):
     sys.path[:] = [entry for entry in sys.path if entry and Path(entry).resolve() != Path(here)]
     sys.path.insert(0, str(path.parent))  # for its conversion/ package
     spec = importlib.util.spec_from_file_location("convert_hf_to_gguf", path)
+    if spec is None or spec.loader is None:  # not a .py file: find_converter never names one
+        raise ImportError(f"cannot load the converter {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -79,7 +79,7 @@ def update_for(job: JobInfo, stop_requested: bool, tasks: Sequence[Mapping[str, 
     if job.state == "CANCELLED":
         return RunUpdate("stopped", job.state, job.reason, nodes, code, "reason.slurm_cancelled", {"job": job.job_id})
     limit = format_time_limit(job.time_limit_s) if job.time_limit_s is not None else "?"
-    reasons = {
+    reasons: dict[str, tuple[str, dict[str, Any]]] = {
         "TIMEOUT": ("reason.slurm_timeout", {"limit": limit}),
         "NODE_FAIL": ("reason.slurm_node_fail", {"nodes": nodes or "?"}),
         "OUT_OF_MEMORY": ("reason.slurm_out_of_memory", {}),
