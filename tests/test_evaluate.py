@@ -407,7 +407,9 @@ def test_the_same_data_is_found_by_name_path_link_and_bytes(tmp_path) -> None:
     info["absolute"] = {"file_name": str(trained_dir / "rows.json")}
     (other / "dataset_info.json").write_text(json.dumps(info))
     # A relative dataset_dir is the trainer's: in the run's folder.
-    trained = trained_on({"dataset_dir": "../trained", "dataset": "mine, hub"}, tmp_path / "run")
+    from backend.config import parse_form
+
+    trained = trained_on(parse_form({"dataset_dir": "../trained", "dataset": "mine, hub"})[0], tmp_path / "run")
     assert trained.folder == str(trained_dir.resolve()) and trained.names == ("mine", "hub")
     same = SameData()
     assert same.same(trained, trained_dir, "mine") and same.same(trained, trained_dir, "hub")

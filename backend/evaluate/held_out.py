@@ -18,7 +18,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backend.config import RunConfig
 
 DATASET_INFO = "dataset_info.json"
 INFO_MAX_BYTES = 4 * 1024 * 1024  # a dataset_info.json of thousands of entries
@@ -64,11 +67,12 @@ def dataset_file(folder: str | os.PathLike[str], name: str, info: Mapping[str, A
     return os.path.realpath(os.path.join(folder, file_name))
 
 
-def trained_on(form: Mapping[str, Any], run_dir: Path) -> TrainedOn:
-    """What the run whose form is `form` trained on. A relative dataset_dir is the trainer's:
-    it runs in the run's folder."""
-    folder = str(form.get("dataset_dir") or "")
-    names = tuple(name.strip() for name in str(form.get("dataset") or "").split(",") if name.strip())
+def trained_on(config: RunConfig, run_dir: Path) -> TrainedOn:
+    """What the run whose typed config is `config` (its saved form read back:
+    backend/config/run_form.py) trained on. A relative dataset_dir is the trainer's: it runs
+    in the run's folder."""
+    folder = config.data.dataset_dir
+    names = config.data.datasets
     if not folder:
         return TrainedOn("", names, ())
     resolved = os.path.realpath(os.path.join(run_dir, os.path.expanduser(folder)))

@@ -140,7 +140,7 @@ class EvaluationDesk:
 
     def _trained_on(self, run_id: str) -> TrainedOn:
         try:
-            return trained_on(self._saved(run_id).form, self.store.run_dir(run_id))
+            return trained_on(self._saved(run_id).config, self.store.run_dir(run_id))
         except RunNotFound:
             return TrainedOn("", (), ())
 
