@@ -6,8 +6,10 @@ tests can show them the same way: which key, what is wrong, what to do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from backend.i18n import render_message
 
 Severity = Literal["problem", "warning"]
 
@@ -47,8 +49,6 @@ class Finding:
         """A finding whose words are the catalogue's `check.<message or rule>.problem` / `.fix`,
         filled with `params` (and `{key}` with the finding's key); `problem` and `fix` hold the
         English rendering (command line)."""
-        from backend.i18n import render_message
-
         message_id = message or rule
         values = {"key": key, **params}  # `{key}` in a message is the finding's key
         return cls(
@@ -65,8 +65,6 @@ class Finding:
 
     def text(self, locale: str = "en") -> tuple[str, str]:
         """(problem, fix) in `locale`."""
-        from backend.i18n import render_message
-
         if self.params is not None:
             message_id = self.message or self.rule
             values = {"key": self.key, **self.params}
@@ -85,3 +83,11 @@ class Finding:
 
 def has_problems(findings: list[Finding]) -> bool:
     return any(f.severity == "problem" for f in findings)
+
+
+def translate_finding(finding: Finding, locale: str) -> Finding:
+    """`finding` with its problem and fix in `locale` (unchanged where no template fits)."""
+    problem, fix = finding.text(locale)
+    if problem == finding.problem and fix == finding.fix:
+        return finding
+    return replace(finding, problem=problem, fix=fix)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.data.dataset_file import ColumnMapping
-from backend.i18n import translate_finding
+from backend.data.layout import ColumnMapping
+from backend.findings import translate_finding
 from backend.service.data_desk import DataDesk, MappingForm
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,14 +14,9 @@ from typing import Any
 import pytest
 
 import backend.data.dataset_file as inspect_module
-from backend.data.dataset_file import (
-    LAYOUTS,
-    ColumnMapping,
-    dataset_info_entry,
-    inspect_dataset,
-    roles_of,
-)
-from backend.i18n import translate_finding
+from backend.data.dataset_file import inspect_dataset
+from backend.data.layout import LAYOUTS, ColumnMapping, dataset_info_entry, roles_of
+from backend.findings import translate_finding
 
 CHINESE = re.compile(r"[\u4e00-\u9fff]")
 UNFILLED = re.compile(r"\{[A-Za-z_]+\}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import backend.data.dataset_file as inspect_module
-from backend.data.dataset_file import ColumnMapping
+from backend.data.layout import ColumnMapping
 from backend.data.registry import DATASETS_DIRNAME, DatasetRegistry
 from tests.test_data_file import BAD_CASES, Bad, assert_explained, write_case
 
@@ -152,7 +152,7 @@ def _refusal(registry: DatasetRegistry, raw: str) -> str:
     assert found is None and len(findings) == 1
     finding = findings[0]
     assert finding.rule.startswith("data-path-")
-    from backend.i18n import translate_finding
+    from backend.findings import translate_finding
 
     chinese = translate_finding(finding, "zh-CN")
     assert any("\u4e00" <= ch <= "\u9fff" for ch in chinese.problem) and "{" not in chinese.problem

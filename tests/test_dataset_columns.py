@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from backend.config import FORM_DEFAULTS, parse_form
-from backend.config.checks import COLUMNS_READ_MAX_BYTES, check_config
+from backend.config.checks import check_config
 from backend.config.presets import load_presets
+from backend.data.entry_check import COLUMNS_READ_MAX_BYTES
 from backend.diagnose import diagnose, summarize_failure
 from backend.findings import Finding
 from backend.i18n import translate

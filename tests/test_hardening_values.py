@@ -18,7 +18,7 @@ from backend import view
 from backend.config import NUMBER_RANGES, parse_form
 from backend.config.distributed import parse_gpu_list, parse_plan_form
 from backend.config.yaml_import import MAX_UNKNOWN_KEYS_LISTED
-from backend.i18n import translate_finding
+from backend.findings import translate_finding
 from backend.service import RocBoard, demo_form
 
 CJK = re.compile(r"[\u4e00-\u9fff]")

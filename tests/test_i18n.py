@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from backend import diagnose
-from backend.findings import Finding
+from backend.findings import Finding, translate_finding
 from backend.i18n import (
     CATALOGUE,
     LOCALES,
@@ -24,7 +24,6 @@ from backend.i18n import (
     placeholders,
     translate,
     translate_diagnosis,
-    translate_finding,
     ui_translations,
 )
 
@@ -59,6 +58,8 @@ SAME_IN_EVERY_LANGUAGE = {
     "chart.gib",
     "word.gpu",
     "check.memory-will-not-fit.fix",
+    "plan.describe.gpus",  # "GPU 0,1" in the command preview's comment
+    "telemetry.tool_said",  # a tool's own line: as written, quoted in Chinese
 }
 
 
@@ -111,11 +112,13 @@ def _rule_names_in(path: Path) -> set[str]:
     """Rule names a module gives its findings: `rule="..."` keywords, and the rule argument of
     checks.py's helpers `_finding(key, problem, fix, rule)` and `_range(..., rule, fix_value)`
     of distributed.check_plan's `problem(key, what, fix, rule, severity)` and of
-    `Finding.of(key, rule, ...)`."""
+    `Finding.of(key, rule, ...)`. The rules of a `NumberRange(..., rule=..., rule_low=...)` are
+    not among them: a range finding is shown with the shared `out-of-range` messages
+    (`test_every_range_finding_is_shown_with_the_shared_message`)."""
     names: set[str] = set()
     positions = {"_finding": 3, "_range": 5, "problem": 3, "Finding.of": 1}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or (isinstance(node.func, ast.Name) and node.func.id == "NumberRange"):
             continue
         for keyword in node.keywords:
             if keyword.arg == "rule" and isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str):
@@ -151,9 +154,57 @@ def test_every_config_rule_has_messages_in_both_languages(module: str) -> None:
     assert missing == []
 
 
+def _range_findings() -> list[Finding]:
+    """A finding for every range of the schema, from below and above it, typed and too large
+    to convert: what the form, the import and the plan show for a number outside its range."""
+    from backend.config import huge_finding, range_finding, schema
+
+    findings = []
+    for field in schema.page_fields():
+        bounds = field.range
+        if bounds is None:
+            continue
+        for value in (bounds.low - 1, bounds.high + 1, bounds.low):
+            finding = range_finding(field.name, value, field.name)
+            if finding is not None:
+                findings.append(finding)
+        findings += [huge_finding(field.name, 10**40, field.name), huge_finding(field.name, -(10**40), field.name)]
+    return findings
+
+
+def test_every_range_finding_is_shown_with_the_shared_message() -> None:
+    # Which range a number broke is the finding's rule (tests and the page's field marks go by
+    # it); what a reader sees is the shared `out-of-range` message with the field, the value and
+    # the range, in each language: no `check.<rule>` pair per range is needed.
+    findings = _range_findings()
+    from backend.config import schema
+
+    ranged = {f.name for f in schema.page_fields() if f.range is not None}
+    assert {f.key for f in findings} == ranged and len({f.rule for f in findings}) >= 25
+    for finding in findings:
+        assert finding.message in ("out-of-range", "out-of-range-digits", "out-of-range-negative-digits"), finding.rule
+        for locale in LOCALES:
+            problem, fix = finding.text(locale)
+            assert problem and fix and finding.params["range"] in problem
+        assert CJK.search(translate_finding(finding, "zh-CN").problem)
+
+
+def test_no_message_is_kept_for_a_range_rule_alone() -> None:
+    # A `check.<rule>` pair for a range rule would never be shown (unless a rule also names its
+    # own finding, as distributed.check_plan's node-rank-range does).
+    from tests.test_locale_files import _finding_of_calls
+
+    shown = {f"check.{message}." for _, _, message, _ in _finding_of_calls()}
+    filler = sorted(
+        key for finding in _range_findings() for key in (f"check.{finding.rule}.problem", f"check.{finding.rule}.fix")
+        if key in CATALOGUE["en"] and not any(key.startswith(prefix) for prefix in shown)
+    )
+    assert filler == []
+
+
 def test_the_rule_name_reader_sees_every_checks_rule() -> None:
-    # The AST reader is what the coverage test relies on; checks.py has ~36 rules, and the
-    # range rules live in schema.py's field table (rule="..." keywords).
+    # The AST reader is what the coverage test relies on; checks.py has ~36 rules (the range
+    # rules of schema.py's field table are shown through `out-of-range`, and not counted here).
     assert len(set().union(*(_rule_names_in(ROOT / module) for module in RULE_MODULES))) >= 50
     # The import's rules, and its reader's (backend/config/yaml_reader.py: syntax, size, nesting).
     yaml_rules = _rule_names_in(ROOT / "backend" / "config" / "yaml_import.py") | _rule_names_in(ROOT / "backend" / "config" / "yaml_reader.py")
@@ -449,11 +500,27 @@ def test_a_translated_finding_keeps_the_values_of_the_message(tmp_path: Path) ->
 
 
 def test_field_names_inside_messages_are_translated_too() -> None:
-    finding = Finding.of("batch_size", "not-a-number", field="Batch size", value="'abc'")
+    from backend.config import field_noun
+
+    finding = Finding.of("batch_size", "not-a-number", field=field_noun("batch_size"), value="'abc'")
     assert finding.problem == "Batch size must be a whole number, not 'abc'."
     chinese = translate_finding(finding, "zh-CN")
     assert chinese.problem == "批大小必须是整数，不能是 'abc'。"
     assert chinese.fix == "请为批大小输入一个整数。"
+
+
+def test_no_english_word_is_looked_back_up_in_the_catalogue() -> None:
+    # A plain string is shown as given: only a message (an id) is put into the reader's words.
+    finding = Finding.of("batch_size", "not-a-number", field="Batch size", value="'abc'")
+    assert translate_finding(finding, "zh-CN").problem == "Batch size必须是整数，不能是 'abc'。"
+
+
+def test_every_form_field_has_a_noun_for_its_messages() -> None:
+    from backend.config import field_noun, schema
+
+    missing = [f.name for f in schema.page_fields() if f"field.{f.name}" not in CATALOGUE["en"]]
+    assert missing == []
+    assert field_noun("dist_strategy").text("zh-CN") == CATALOGUE["zh-CN"]["field.dist_strategy"]
 
 
 def test_a_finding_built_by_hand_or_of_an_unknown_rule_stays_as_written() -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from backend.config import path_keys
 from backend.config.other_keys import machine_cores
-from backend.i18n import translate_finding
+from backend.findings import translate_finding
 from backend.llama_factory.keys import key_catalogue, shipped_catalogue
 from backend.service import RocBoard, demo_form
 from backend.service.pipeline import LlamaFactoryCheckCache

@@ -10,6 +10,7 @@ import gradio as gr
 
 from backend import view
 from backend.config import schema
+from backend.i18n import localized
 from backend.service import RocBoard, RunView, demo_form
 from backend.service.draft import NO_DRAFT, draft_of, form_from_draft
 from backend.service.live import digest
@@ -56,7 +57,7 @@ def build_form_fields(
         widget_class, options = WIDGETS[form_field.widget]
         kwargs = dict(options)
         if form_field.widget in ("dropdown", "radio"):
-            kwargs["choices"] = (choices or {}).get(form_field.name) or list(form_field.choice_labels or form_field.choices)
+            kwargs["choices"] = (choices or {}).get(form_field.name) or [(texts(label), value) for label, value in form_field.choice_labels] or list(form_field.choices)
         widget = widget_class(
             value=defaults.get(form_field.name, form_field.default),
             elem_id=form_field.elem_id,
@@ -315,7 +316,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         return [updates.get(name, gr.skip()) for name in panel]
 
     def form_of(values: tuple[Any, ...]) -> dict[str, Any]:
-        return dict(zip(ALL_FIELDS, values))
+        return dict(zip(ALL_FIELDS, values, strict=True))
 
     def field_updates(findings, locale: str = "en") -> list[Any]:
         notes = view.field_notes(findings, ALL_FIELDS, locale)
@@ -343,6 +344,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         """The page shows `run_id`: its charts, and its settings in the form, read-only. With
         no run (or one whose directory is gone), an editable form for a new run."""
         values = board.run_form(run_id) if run_id else None
+        new_mode: dict[str, Any]
         if values is None:
             new_mode = {"editing": True, "run_id": None, "intent": new_intent()}
             fields_updates = [gr.update(interactive=True)] * len(ALL_FIELDS)
@@ -366,7 +368,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         """An editable form for a new run, filled with `values` where given (else the settings
         of the watched `run_id`, `from_run`); the watched run stays on the panel (Start waits
         while it trains). `draft`: the values are the draft this browser kept."""
-        new_mode = {"editing": True, "run_id": run_id if from_run else None, "intent": new_intent(), **({"draft": True} if draft else {})}
+        new_mode: dict[str, Any] = {"editing": True, "run_id": run_id if from_run else None, "intent": new_intent(), **({"draft": True} if draft else {})}
         fields_updates = [gr.update(value=values[name], interactive=True) if values and name in values else gr.update(interactive=True) for name in ALL_FIELDS]
         return [
             gr.skip(),
@@ -438,7 +440,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             board.doctor_blockers_markdown(preset_id, locale),
             board.preset_notes(preset_id, locale),
             result.yaml_text,
-            result.command,
+            localized(result.command, locale),
             *field_updates(result.findings, locale),
             gr.update(interactive=editing and not blockers),
             view.start_reason_markdown(blockers, locale),
@@ -465,7 +467,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))
-        return [result.yaml_text, result.command, view.findings_markdown(result.findings, locale), gr.Accordion(open=True), *field_updates(result.findings, locale)]
+        return [result.yaml_text, localized(result.command, locale), view.findings_markdown(result.findings, locale), gr.Accordion(open=True), *field_updates(result.findings, locale)]
 
     preview_button.click(on_preview, [locale_state, *form_inputs], [preview_yaml, preview_command, findings_box, preview_panel, *form_inputs], show_progress="hidden")
 
@@ -485,7 +487,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         intent = start_intent(mode_value, request)
         result = board.start(form_of(values), stop_on_nan=bool(stop_on_nan_value), intent=intent)
         findings_text = view.findings_markdown(result.findings, locale)
-        if not result.started:
+        if result.run is None:  # not started
             # Nothing was created: the panel goes back to what it showed, the form as the user
             # left it with its fields marked, and the bar says what to fix first: Start stays
             # disabled until a field changes. (A double-click's second Start is not refused:
@@ -512,7 +514,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
 
     def on_resume(run_id, mode_value, locale):
         result = board.resume(run_id) if run_id else None
-        if result is None or not result.started:
+        if result is None or result.run is None:  # not started
             findings = result.findings if result else []
             return [*[gr.skip()] * len(open_outputs), view.findings_markdown(findings, locale)]
         return [*open_run(result.run.id, locale), ""]
@@ -552,7 +554,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             # Unchanged: another event drew this version meanwhile (gr.skip() is a dict too,
             # so it must not reach the digests below).
             return [gr.skip()] * len(ticking_names)
-        updates = dict(zip(panel, show(run, editing_of(mode_value), locale, drawn.get("sent"))))
+        updates = dict(zip(panel, show(run, editing_of(mode_value), locale, drawn.get("sent")), strict=True))
         version = updates["version"]
         if isinstance(version, dict):
             # Only what this event sends counts as sent: the other members' digests stay the

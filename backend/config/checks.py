@@ -27,9 +27,13 @@ from typing import Any
 from backend.config import NUMBER_RANGES, RunConfig, field_noun, range_finding, schema, shown
 from backend.config.estimate import GIB, estimate_memory, read_model_config
 from backend.config.path_keys import ReadPlaces, path_value_refusal
-from backend.config.paths import default_data_roots
+from backend.config.paths import NAME_MAX_BYTES, PATH_MAX_BYTES, default_data_roots, path_problem  # noqa: F401 (the limits re-exported)
 from backend.config.presets import HardwarePreset
+from backend.data import entry_check
+from backend.data.entry_check import DATASET_INFO
 from backend.findings import Finding
+from backend.i18n import Message
+from backend.i18n.errors import file_error, os_error
 from backend.runs.artifacts import TOKENIZER_FILES
 
 Rule = Callable[["_Context"], list[Finding]]
@@ -38,16 +42,11 @@ Rule = Callable[["_Context"], list[Finding]]
 # The range of every number is in backend/config/__init__.py NUMBER_RANGES (one table for the form,
 # the import and the multi-GPU plan); these are the rules' own thresholds.
 CUTOFF_MIN_SENSIBLE = 32  # a chat template alone takes ~20 tokens
-from backend.config.paths import NAME_MAX_BYTES, PATH_MAX_BYTES, path_problem  # noqa: F401 (re-exported)
-
 DISK_FREE_MIN_BYTES = 2 * GIB  # checkpoints of a LoRA run of a 7B model are ~100 MB each; logs, merged copies
 RUN_NAME_MAX_CHARS = 64
 # `org/name` with nothing that makes it a filesystem path (no leading /, ., ~, no second /).
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.pth", "*.pt", "*.gguf")
-DATASET_INFO = "dataset_info.json"
-DATASET_PARSE_MAX_BYTES = 64 * 1024 * 1024  # parse whole .json files up to this; beyond, only their start
-JSONL_LINES_CHECKED = 50
 
 
 def _quoted(value: Any) -> str:
@@ -188,7 +187,7 @@ def rule_model_path(ctx: _Context) -> list[Finding]:
     try:
         return _model_path_findings(ctx, raw)
     except (OSError, ValueError) as error:  # a race or a filesystem's own limit: still a finding
-        return [_unusable_path("model_path", raw, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+        return [_unusable_path("model_path", raw, os_error(error))]
 
 
 def _model_path_findings(ctx: _Context, raw: str) -> list[Finding]:
@@ -209,7 +208,7 @@ def _model_path_findings(ctx: _Context, raw: str) -> list[Finding]:
     try:
         json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        return [Finding.of("model_path", "model-config-unreadable", file=str(config_file), error=str(error))]
+        return [Finding.of("model_path", "model-config-unreadable", file=str(config_file), error=file_error(error))]
     findings: list[Finding] = []
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         findings.append(Finding.of("model_path", "model-no-weights", path=raw))
@@ -273,7 +272,7 @@ def rule_dataset(ctx: _Context) -> list[Finding]:
     try:
         return _dataset_findings(ctx, data)
     except (OSError, ValueError) as error:
-        return [_unusable_path("dataset_dir", data.dataset_dir, os.strerror(error.errno) if isinstance(error, OSError) and error.errno else str(error))]
+        return [_unusable_path("dataset_dir", data.dataset_dir, os_error(error))]
 
 
 def _dataset_findings(ctx: _Context, data: Any) -> list[Finding]:
@@ -283,9 +282,9 @@ def _dataset_findings(ctx: _Context, data: Any) -> list[Finding]:
     info_path = directory / DATASET_INFO
     if not info_path.is_file():
         return [Finding.of("dataset_dir", "dataset-info-missing", path=data.dataset_dir)]
-    info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+    info, error = entry_check.read_info(info_path)
     if error or not isinstance(info, dict):
-        return [Finding.of("dataset_dir", "dataset-info-unreadable", file=str(info_path), error=error or "not a mapping")]
+        return [Finding.of("dataset_dir", "dataset-info-unreadable", file=str(info_path), error=error or Message("file-error.not-mapping"))]
     if not data.datasets:
         names = ", ".join(sorted(info)[:8])
         return [Finding.of("dataset", "dataset-missing", names=names)]
@@ -321,258 +320,14 @@ def _dataset_entry(ctx: _Context, directory: Path, info: dict[str, Any], name: s
         return []
     if not path.is_file():
         return [Finding.of("dataset", "dataset-file-missing", name=_quoted(name), path=str(path))]
-    problem = _data_file_problem(str(path), *_stamp(path))
+    problem = entry_check.file_problem(path)
     if problem:
         return [Finding.of("dataset", "dataset-file-unreadable", path=str(path), problem=problem)]
-    found = _columns_problem(str(path), *_stamp(path), json.dumps(entry, sort_keys=True, default=str))
+    found = entry_check.columns_problem(path, entry)
     if found is None:
         return []
     message, params = found
     return [Finding.of("dataset", "dataset-columns-missing", message=message, name=_quoted(name), file=str(directory / DATASET_INFO), path=str(path), **dict(params))]
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    """(modification time, size): the cache key that notices an edited file."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return (0, -1)
-    return (stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=64)
-def _read_json_cached(path: str, mtime_ns: int, size: int) -> tuple[Any, str]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle), ""
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        return None, str(error)
-
-
-@lru_cache(maxsize=64)
-def _data_file_problem(path: str, mtime_ns: int, size: int) -> str:
-    """Why a data file will not load, or "" (cached per file version: files can be large)."""
-    if size == 0:
-        return "it is empty"
-    suffix = Path(path).suffix.lower()
-    try:
-        if suffix == ".jsonl":
-            with open(path, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if number > JSONL_LINES_CHECKED:
-                        break
-                    if line.strip():
-                        json.loads(line)
-        elif suffix == ".json":
-            if size > DATASET_PARSE_MAX_BYTES:
-                with open(path, encoding="utf-8") as handle:
-                    start = handle.read(4096).lstrip()
-                if not start.startswith(("[", "{")):
-                    return "it does not start like JSON"
-            else:
-                return _json_data_file(path, mtime_ns, size)[0]
-    except UnicodeDecodeError:
-        return "it is not UTF-8 text"
-    except ValueError as error:
-        return f"invalid JSON ({error})"
-    except RecursionError:
-        return "invalid JSON (nested too deeply)"
-    except OSError as error:
-        return str(error)
-    return ""
-
-
-@lru_cache(maxsize=64)
-def _json_data_file(path: str, mtime_ns: int, size: int) -> tuple[str, int | None]:
-    """A .json data file of at most DATASET_PARSE_MAX_BYTES, parsed once per version for both
-    the load check and the row count: (why it will not load, or ""; its records when it is a
-    list, else None)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            records = json.load(handle)
-    except UnicodeDecodeError:
-        return "it is not UTF-8 text", None
-    except ValueError as error:
-        return f"invalid JSON ({error})", None
-    except RecursionError:
-        return "invalid JSON (nested too deeply)", None
-    except OSError as error:
-        return str(error), None
-    if not isinstance(records, (list, dict)):
-        return "it holds a single value, not a list of records", None
-    count = len(records) if isinstance(records, list) else None
-    return ("it holds no records" if count == 0 else ""), count
-
-
-# --- columns: the first rows against the layout dataset_info.json declares -----------------
-# LLaMA-Factory's converter (llamafactory/data/converter.py) indexes each row by the declared
-# column names, `example[attr.response]`: a column no row has is `KeyError: 'output'` after the
-# model has loaded. Only the start of the file is read, so a huge file costs what a small one does.
-COLUMNS_READ_MAX_BYTES = 64 * 1024
-COLUMNS_ROWS_CHECKED = 20
-# LLaMA-Factory's defaults (DatasetAttr in llamafactory/data/parser.py). An entry with a
-# `columns` mapping takes ONLY the names it lists: every other one becomes None (not its default).
-_ALPACA_DEFAULTS = {"prompt": "instruction", "query": "input", "response": "output"}
-_SHAREGPT_DEFAULTS = {"messages": "conversations"}
-_TAG_DEFAULTS = {"role_tag": "from", "content_tag": "value"}
-_OPTIONAL_COLUMNS = ("history", "system", "tools", "images", "videos", "audios", "kto_tag")
-# columns people often use instead of LLaMA-Factory's names, to guess the mapping
-_COLUMN_SYNONYMS = {
-    "prompt": ("question", "prompt", "instruction", "query", "text"),
-    "query": ("input", "context"),
-    "response": ("answer", "response", "completion", "output", "target", "label"),
-}
-
-
-def _first_rows(path: str, size: int) -> list[dict[str, Any]] | None:
-    """Up to COLUMNS_ROWS_CHECKED records from the first COLUMNS_READ_MAX_BYTES of a .json
-    (list of objects) or .jsonl file, or the header of a .csv; None for other kinds (not checked)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".json", ".jsonl", ".csv"):
-        return None
-    with open(path, "rb") as handle:
-        raw = handle.read(COLUMNS_READ_MAX_BYTES)
-    truncated = size > len(raw)
-    text = raw.decode("utf-8", errors="ignore")  # a cut multi-byte character at the end
-    rows: list[dict[str, Any]] = []
-    if suffix == ".csv":
-        import csv
-        import io
-
-        header = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
-        return [{name.strip(): "" for name in header if name.strip()}] if header else []
-    if suffix == ".jsonl":
-        lines = text.splitlines()
-        if truncated and lines:
-            lines = lines[:-1]  # the last line may be cut
-        for line in lines:
-            if len(rows) >= COLUMNS_ROWS_CHECKED:
-                break
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # a broken line is _data_file_problem's to report
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
-    decoder = json.JSONDecoder()
-    index = len(text) - len(text.lstrip())
-    if not text[index:index + 1] == "[":
-        return None  # one object (columns of lists) or not JSON: not checked here
-    index += 1
-    while len(rows) < COLUMNS_ROWS_CHECKED:
-        while index < len(text) and text[index] in " \t\r\n,":
-            index += 1
-        if index >= len(text) or text[index] == "]":
-            break
-        try:
-            row, index = decoder.raw_decode(text, index)
-        except (ValueError, RecursionError):
-            break  # the item the read bound cut (or one nested too deeply to judge)
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _looks_like_conversation(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(turn, dict) for turn in value)
-
-
-def _keys(rows: list[dict[str, Any]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for row in rows:
-        seen.update(dict.fromkeys(str(key) for key in row))
-    return list(seen)
-
-
-def _names(values: Any) -> str:
-    return ", ".join(_quoted(v) for v in values) or "-"
-
-
-@lru_cache(maxsize=64)
-def _columns_problem(path: str, mtime_ns: int, size: int, entry_json: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
-    """(message id, params) when the first rows lack a column the declared layout needs, or None."""
-    entry = json.loads(entry_json)
-    try:
-        rows = _first_rows(path, size)
-    except OSError:
-        return None
-    if not rows:
-        return None
-    formatting = entry.get("formatting", "alpaca")
-    columns = entry.get("columns")
-    if columns is not None and not isinstance(columns, dict):
-        return None
-    have = _keys(rows)
-    if formatting == "alpaca":
-        if isinstance(columns, dict):
-            wanted = {attr: columns.get(attr) for attr in (*_ALPACA_DEFAULTS, *_OPTIONAL_COLUMNS, "chosen", "rejected")}
-        else:
-            wanted = {**_ALPACA_DEFAULTS}
-        if entry.get("ranking"):
-            wanted.pop("response", None)  # a pairwise row reads chosen/rejected instead
-        else:
-            wanted.pop("chosen", None), wanted.pop("rejected", None)
-    elif formatting in ("sharegpt", "openai"):
-        source = columns if isinstance(columns, dict) else _SHAREGPT_DEFAULTS
-        wanted = {attr: source.get(attr) for attr in ("messages", *_OPTIONAL_COLUMNS)}
-        if entry.get("ranking"):
-            wanted.update(chosen=source.get("chosen"), rejected=source.get("rejected"))
-    else:
-        return None
-    wanted = {attr: name for attr, name in wanted.items() if isinstance(name, str) and name}
-    missing = {attr: name for attr, name in wanted.items() if name not in have}
-    if formatting == "alpaca" and missing:
-        talks = [key for key in have if any(_looks_like_conversation(row.get(key)) for row in rows)]
-        if talks:
-            return "dataset-looks-sharegpt", _sharegpt_params(rows, talks[0], missing, have)
-    if missing:
-        return _missing_columns(formatting, wanted, missing, have)
-    if formatting in ("sharegpt", "openai"):
-        return _missing_tags(entry, rows, wanted["messages"])
-    return None
-
-
-def _sharegpt_params(rows: list[dict[str, Any]], key: str, missing: dict[str, str], have: list[str]) -> tuple[tuple[str, str], ...]:
-    parts = ['"formatting": "sharegpt"']
-    if key != _SHAREGPT_DEFAULTS["messages"]:
-        parts.append(f'"columns": {{"messages": {json.dumps(key)}}}')
-    turn_keys = _keys([turn for row in rows for turn in (row.get(key) or []) if isinstance(turn, dict)])
-    if "role" in turn_keys and "content" in turn_keys and "from" not in turn_keys:
-        parts.append('"tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}')
-    return (("missing", _names(missing.values())), ("have", _names(have)), ("snippet", ", ".join(parts)))
-
-
-def _missing_columns(formatting: str, wanted: dict[str, str], missing: dict[str, str], have: list[str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    params = (("missing", _names(missing.values())), ("have", _names(have)), ("formatting", formatting))
-    extra = [key for key in have if key not in wanted.values()]
-    guesses: dict[str, str] = {}
-    for attr in missing:
-        if len(missing) == 1 and len(extra) == 1:
-            guesses[attr] = extra[0]
-        else:
-            guesses.update({attr: key for key in extra if key.lower() in _COLUMN_SYNONYMS.get(attr, ()) and attr not in guesses})
-    if set(guesses) != set(missing) or len(set(guesses.values())) != len(guesses):
-        return "dataset-columns-missing-no-guess", params
-    # The mapping must list every column: an entry with `columns` drops the names it leaves out.
-    mapping = {**wanted, **guesses}
-    snippet = '"columns": ' + json.dumps(mapping, ensure_ascii=False)
-    renames = ", ".join(f"{_quoted(new)} -> {_quoted(wanted[attr])}" for attr, new in guesses.items())
-    return "dataset-columns-missing", (*params, ("snippet", snippet), ("renames", renames))
-
-
-def _missing_tags(entry: dict[str, Any], rows: list[dict[str, Any]], messages: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
-    tags = entry.get("tags") if isinstance(entry.get("tags"), dict) else {}
-    turns = [turn for row in rows if isinstance(row.get(messages), list) for turn in row[messages] if isinstance(turn, dict)]
-    if not turns:
-        return None
-    have = _keys(turns)
-    wanted = [tags.get(tag, default) for tag, default in _TAG_DEFAULTS.items()]
-    missing = [name for name in wanted if isinstance(name, str) and name not in have]
-    if not missing:
-        return None
-    snippet = '"tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}'
-    return "dataset-message-keys-missing", (("missing", _names(missing)), ("have", _names(have)), ("messages", messages), ("snippet", snippet))
 
 
 # --- the stage against its datasets ----------------------------------------------------------
@@ -594,7 +349,7 @@ def rule_stage_dataset(ctx: _Context) -> list[Finding]:
         info_path = Path(data.dataset_dir).expanduser() / DATASET_INFO
         if not info_path.is_file():
             return []
-        info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+        info, error = entry_check.read_info(info_path)
     except (OSError, ValueError):
         return []
     if error or not isinstance(info, dict):
@@ -631,7 +386,6 @@ def _stage_entry(stage: str, name: str, entry: dict[str, Any], file: str) -> lis
 # exactly 1 is the fraction 1.0, which `train_test_split` refuses. transformers evaluates by
 # `eval_strategy`; without an eval set it raises at start ("Please make sure eval_dataset be
 # provided or val_size >1e-6", LLaMA-Factory's parser, once the model is loading).
-ROWS_COUNTED_MAX_BYTES = DATASET_PARSE_MAX_BYTES  # beyond, a dataset's rows are "unknown"
 
 
 # LLaMA-Factory's own lines for what rule_evaluation foresees (hparams/parser.py, data_args.py):
@@ -683,7 +437,7 @@ def _dataset_rows(ctx: _Context) -> int | None:
         info_path = directory / DATASET_INFO
         if not info_path.is_file():
             return None
-        info, error = _read_json_cached(str(info_path), *_stamp(info_path))
+        info, error = entry_check.read_info(info_path)
         if error or not isinstance(info, dict):
             return None
         total = 0
@@ -695,7 +449,7 @@ def _dataset_rows(ctx: _Context) -> int | None:
             path = directory / file_name
             if not path.is_file():
                 return None
-            rows = _row_count(str(path), *_stamp(path))
+            rows = entry_check.row_count(path)
             if rows is None:
                 return None
             for cap in (entry.get("num_samples"), data.max_samples):
@@ -705,24 +459,6 @@ def _dataset_rows(ctx: _Context) -> int | None:
         return total
     except (OSError, ValueError):
         return None
-
-
-@lru_cache(maxsize=64)
-def _row_count(path: str, mtime_ns: int, size: int) -> int | None:
-    """Records in a .json list or the non-blank lines of a .jsonl file; None when unknown
-    (another kind, too large to count on every form change, unreadable)."""
-    if size > ROWS_COUNTED_MAX_BYTES or size < 0:
-        return None
-    suffix = Path(path).suffix.lower()
-    try:
-        if suffix == ".jsonl":
-            with open(path, "rb") as handle:
-                return sum(1 for line in handle if line.strip())
-        if suffix == ".json":
-            return _json_data_file(path, mtime_ns, size)[1]
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    return None
 
 
 # --- experiment trackers -----------------------------------------------------------------------

@@ -26,10 +26,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.data.layout import (
+    DEFAULT_TAGS,
+    KNOWN_NAMES,
+    LAYOUTS,
+    OPENAI_ROLES,
+    OPENAI_TAGS,
+    PROMPT_NAMES,
+    RESPONSE_NAMES,
+    SHAREGPT_ROLES,
+    SHAREGPT_TAGS,
+    TAG_NAMES,
+    TEXT_NAMES,
+    ColumnMapping,
+    dataset_info_entry,
+    default_tags,
+    roles_of,
+)
 from backend.findings import Finding
 from backend.i18n import Message
+from backend.i18n.errors import json_problem, os_error
 
-LAYOUTS = ("alpaca", "sharegpt", "openai", "text")
 # The extensions LLaMA-Factory reads (extras/constants.py FILEEXT2TYPE) that RocBoard checks.
 FORMATS = {".json": "json", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 KEY = "data_file"  # the finding key of every problem in a data file
@@ -58,56 +75,6 @@ NEAR_NAME_CUTOFF = 0.8
 # Columns of images, videos or audio: LLaMA-Factory trains them with a multimodal model only.
 MEDIA_COLUMNS = ("images", "videos", "audios", "image", "video", "audio")
 
-# role -> required, per layout (the page's remap dropdowns; LLaMA-Factory's DatasetAttr names).
-_ROLES: dict[str, tuple[tuple[str, bool], ...]] = {
-    "alpaca": (("prompt", True), ("query", False), ("response", True), ("system", False), ("history", False)),
-    "sharegpt": (("messages", True), ("system", False)),
-    "openai": (("messages", True), ("system", False)),
-    "text": (("prompt", True),),
-}
-TAG_NAMES = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag", "observation_tag", "function_tag")
-SHAREGPT_TAGS = (
-    ("role_tag", "from"),
-    ("content_tag", "value"),
-    ("user_tag", "human"),
-    ("assistant_tag", "gpt"),
-    ("system_tag", "system"),
-    ("observation_tag", "observation"),
-    ("function_tag", "function_call"),
-)
-OPENAI_TAGS = (
-    ("role_tag", "role"),
-    ("content_tag", "content"),
-    ("user_tag", "user"),
-    ("assistant_tag", "assistant"),
-    ("system_tag", "system"),
-)
-_DEFAULT_TAGS = {"sharegpt": SHAREGPT_TAGS, "openai": OPENAI_TAGS}
-_SHAREGPT_ROLES = {"human", "gpt", "system", "observation", "function_call"}
-_OPENAI_ROLES = {"user", "assistant", "system"}
-
-# Column names a guess accepts, best first. Exact LLaMA-Factory names are sure; the rest are
-# aliases, and a guess that uses one is flagged for the user to confirm.
-_PROMPT_NAMES = ("instruction", "prompt", "question", "query", "input")
-_RESPONSE_NAMES = ("output", "response", "completion", "answer")
-_TEXT_NAMES = ("text", "content", "document")
-_KNOWN_NAMES = (*_PROMPT_NAMES, *_RESPONSE_NAMES, "text", "conversations", "messages", "system", "history")
-
-
-@dataclass(frozen=True)
-class ColumnMapping:
-    layout: str
-    columns: tuple[tuple[str, str], ...]  # LLaMA-Factory role -> the file's column
-    tags: tuple[tuple[str, str], ...] = ()  # sharegpt/openai tags (role_tag, user_tag...)
-
-
-def roles_of(layout: str) -> tuple[tuple[str, bool], ...]:
-    """The roles `layout` maps to columns, each with whether it is required."""
-    return _ROLES.get(layout, ())
-
-
-def default_tags(layout: str) -> tuple[tuple[str, str], ...]:
-    return _DEFAULT_TAGS.get(layout, ())
 
 
 @dataclass(frozen=True)
@@ -125,19 +92,6 @@ class Inspection:
     @property
     def usable(self) -> bool:
         return not any(f.severity == "problem" for f in self.findings)
-
-
-def dataset_info_entry(mapping: ColumnMapping, file_name: str) -> dict[str, Any]:
-    """The LLaMA-Factory dataset_info.json entry for a file read with `mapping`."""
-    columns = {role: column for role, column in mapping.columns if column}
-    if mapping.layout in ("alpaca", "text"):
-        return {"file_name": file_name, "formatting": "alpaca", "columns": columns}
-    # openai-style files are read with the sharegpt converter and role/content tags: 0.9.5's
-    # own "openai" converter appends "detailed thinking off" to every system prompt.
-    # Every tag written out: a "tags" mapping that leaves one out sets it to None in
-    # LLaMA-Factory (DatasetAttr.join), not to its default.
-    tags = {**dict(default_tags(mapping.layout)), **dict(mapping.tags)}
-    return {"file_name": file_name, "formatting": "sharegpt", "columns": columns, "tags": tags}
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -342,7 +296,7 @@ class _Reader:
                 except RecursionError:
                     raise self._too_deep(number) from None
                 except ValueError as error:
-                    detail = getattr(error, "msg", str(error))
+                    detail = json_problem(error.msg) if isinstance(error, json.JSONDecodeError) else Message("json-error.other")
                     column = getattr(error, "colno", 0)
                     raise _Stop(Finding.of(KEY, "data-json-invalid", file=self.shown, line=number, column=column, error=detail)) from None
                 if _brackets(text) > MAX_DEPTH and _nesting_deeper_than(row, MAX_DEPTH):
@@ -694,7 +648,7 @@ class _JsonStream:
                 # few times over, not once per chunk.
                 if self._more(min(pending, LINE_MAX_BYTES + 1 - pending)):
                     continue
-                self.fail(error.msg, error.pos)
+                self.fail(json_problem(error.msg), error.pos)
             if _brackets(self.buffer, self.position, end) > MAX_DEPTH and _nesting_deeper_than(value, MAX_DEPTH):
                 raise self._too_deep()
             self.position = end
@@ -709,7 +663,7 @@ class _JsonStream:
 
     def expect_end(self) -> None:
         if self.next_char():
-            self.fail("Extra data")
+            self.fail(json_problem("Extra data"))
 
     def fail(self, message: str, at: int | None = None) -> None:
         at = self.position if at is None else at
@@ -750,9 +704,9 @@ def _near_names(columns: list[str]) -> dict[str, str]:
     lowered = {c.lower() for c in columns}
     near: dict[str, str] = {}
     for column in columns[:MAX_COLUMNS]:
-        if column.lower() in _KNOWN_NAMES or len(column) > 64:
+        if column.lower() in KNOWN_NAMES or len(column) > 64:
             continue
-        close = difflib.get_close_matches(column.lower(), _KNOWN_NAMES, n=1, cutoff=NEAR_NAME_CUTOFF)
+        close = difflib.get_close_matches(column.lower(), KNOWN_NAMES, n=1, cutoff=NEAR_NAME_CUTOFF)
         if close and close[0] not in lowered and close[0] not in near:
             near[close[0]] = column
     return near
@@ -807,15 +761,15 @@ def _guess_named(columns: list[str], rows: list[dict], near_names: bool = False)
         keys, roles = found
         if {"from", "value"} <= keys:
             layout, tags = "sharegpt", dict(SHAREGPT_TAGS)
-            if roles and roles <= _OPENAI_ROLES and not roles & {"human", "gpt"}:
+            if roles and roles <= OPENAI_ROLES and not roles & {"human", "gpt"}:
                 tags.update(user_tag="user", assistant_tag="assistant")
         elif {"role", "content"} <= keys:
             layout, tags = "openai", dict(OPENAI_TAGS)
-            if roles and roles <= _SHAREGPT_ROLES and not roles & {"user", "assistant"}:
+            if roles and roles <= SHAREGPT_ROLES and not roles & {"user", "assistant"}:
                 tags.update(user_tag="human", assistant_tag="gpt")
         else:
             continue
-        alias = column not in ("conversations", "messages") or tags != dict(_DEFAULT_TAGS[layout])
+        alias = column not in ("conversations", "messages") or tags != dict(DEFAULT_TAGS[layout])
         mapped = (("messages", column),) + ((("system", system),) if system else ())
         return ColumnMapping(layout, mapped, tuple(tags.items())), alias, ()
     # A conversations/messages column that holds no list (text in a CSV): read it as one, so
@@ -823,7 +777,7 @@ def _guess_named(columns: list[str], rows: list[dict], near_names: bool = False)
     for column, layout in (("conversations", "sharegpt"), ("messages", "openai")):
         if column in first:
             mapped = (("messages", column),) + ((("system", system),) if system else ())
-            return ColumnMapping(layout, mapped, _DEFAULT_TAGS[layout]), False, ()
+            return ColumnMapping(layout, mapped, DEFAULT_TAGS[layout]), False, ()
     near = _near_names(columns) if near_names else {}
     used: list[_NearName] = []
 
@@ -836,8 +790,8 @@ def _guess_named(columns: list[str], rows: list[dict], near_names: bool = False)
             used.append(_NearName(column, name, role))
         return column
 
-    prompt_found = _find_named(columns, _PROMPT_NAMES, first, near)
-    response_found = _find_named(columns, _RESPONSE_NAMES, first, near)
+    prompt_found = _find_named(columns, PROMPT_NAMES, first, near)
+    response_found = _find_named(columns, RESPONSE_NAMES, first, near)
     if prompt_found and response_found and prompt_found[0] != response_found[0]:
         (prompt, prompt_name), (response, response_name) = prompt_found, response_found
         for column, name, role in ((prompt, prompt_name, "prompt"), (response, response_name, "response")):
@@ -857,7 +811,7 @@ def _guess_named(columns: list[str], rows: list[dict], near_names: bool = False)
             mapped.append(("history", history))
         alias = not (prompt_name == "instruction" and response_name == "output")
         return ColumnMapping("alpaca", tuple(mapped)), alias, tuple(used)
-    text = named(_TEXT_NAMES, "prompt", first)
+    text = named(TEXT_NAMES, "prompt", first)
     if text is None and len(columns) == 1 and isinstance(rows[0], dict) and isinstance(rows[0].get(columns[0]), str):
         text = columns[0]
     if text:
@@ -893,7 +847,7 @@ class _RowCheck:
         self.mapping = mapping
         self.unit = unit
         self.columns = dict(mapping.columns)
-        self.tags = {**dict(default_tags(mapping.layout)), **dict(mapping.tags)} if mapping.layout in _DEFAULT_TAGS else {}
+        self.tags = {**dict(default_tags(mapping.layout)), **dict(mapping.tags)} if mapping.layout in DEFAULT_TAGS else {}
         self.issues = _Issues()
         self.roles_seen: dict[str, None] = {}  # ordered set
         self.roles_unknown: dict[str, None] = {}
@@ -1053,9 +1007,9 @@ class _RowCheck:
         seen = set(self.roles_seen)
         declared = _names([self.tags[t] for t in ("user_tag", "assistant_tag", "system_tag", "observation_tag", "function_tag") if self.tags.get(t)])
         unknown = _names(self.roles_unknown)
-        if seen <= _SHAREGPT_ROLES:
+        if seen <= SHAREGPT_ROLES:
             suggestion = {"user_tag": "human", "assistant_tag": "gpt", "system_tag": "system"}
-        elif seen <= _OPENAI_ROLES | {"tool"}:
+        elif seen <= OPENAI_ROLES | {"tool"}:
             suggestion = {"user_tag": "user", "assistant_tag": "assistant", "system_tag": "system"}
         else:
             return Finding.of(KEY, "data-roles-unknown", message="data-roles-unknown-no-guess", file=shown, where=where, found=_names(seen), unknown=unknown, declared=declared, count=count)
@@ -1096,9 +1050,9 @@ def _mapping_findings(mapping: ColumnMapping, columns: list[str], shown: str) ->
 def _layout_unknown(columns: list[str], shown: str) -> Finding:
     near = []
     for column in columns:
-        if column in _KNOWN_NAMES or column.lower() in _KNOWN_NAMES:
+        if column in KNOWN_NAMES or column.lower() in KNOWN_NAMES:
             continue
-        close = difflib.get_close_matches(column.lower(), _KNOWN_NAMES, n=1, cutoff=0.75)
+        close = difflib.get_close_matches(column.lower(), KNOWN_NAMES, n=1, cutoff=0.75)
         if close:
             near.append(f"{column!r} → {close[0]!r}")
     if near:
@@ -1121,9 +1075,9 @@ def inspect_dataset(path: Path, shown_name: str, mapping: ColumnMapping | None =
     try:
         info = os.stat(path)
     except OSError as error:
-        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=error.strerror or str(error)))
+        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=os_error(error)))
     if not stat.S_ISREG(info.st_mode):
-        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error="not a regular file"))
+        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=Message("file-error.not-regular")))
     if info.st_size > max_bytes:
         return _refused(path, file_format, mapping, Finding.of(KEY, "data-too-big", file=shown_name, size=_mb(info.st_size), limit=_mb(max_bytes)))
     if info.st_size == 0:
@@ -1137,7 +1091,7 @@ def inspect_dataset(path: Path, shown_name: str, mapping: ColumnMapping | None =
     try:
         return _inspect(path, file_format, shown_name, mapping, max_bytes)
     except OSError as error:
-        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=error.strerror or str(error)))
+        return _refused(path, file_format, mapping, Finding.of(KEY, "data-unreadable", file=shown_name, error=os_error(error)))
 
 
 def _inspect(path: Path, file_format: str, shown: str, given: ColumnMapping | None, max_bytes: int = DEFAULT_MAX_BYTES) -> Inspection:

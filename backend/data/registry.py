@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from backend.config.paths import path_problem
-from backend.data.dataset_file import ColumnMapping, Inspection, dataset_info_entry
+from backend.data.dataset_file import Inspection
+from backend.data.layout import ColumnMapping, dataset_info_entry
 from backend.data.reading import inspect_bounded
 from backend.findings import Finding
 from backend.i18n import Message
+from backend.i18n.errors import file_error, os_error
 from backend.runs.safe_files import lstat_in_run, make_dir, open_dir_in_run, open_in_run, opened, read_bytes, write_atomic
 
 DATASETS_DIRNAME = "datasets"
@@ -80,16 +82,16 @@ class DatasetRegistry:
         except FileNotFoundError:
             return {}
         except OSError as error:
-            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=error.strerror or str(error))]) from None
+            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=os_error(error))]) from None
         try:
             info = json.loads(data.decode("utf-8"))
         except ValueError as error:
-            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=str(error))]) from None
+            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=file_error(error))]) from None
         except RecursionError:  # nested a thousand levels deep: RocBoard never writes that
             error = Message("data.registry.too_deep", file=DATASET_INFO)
             raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=error)]) from None
         if not isinstance(info, dict):
-            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error="not a JSON object")])
+            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=Message("file-error.not-json-object"))])
         return info
 
     def _info_or_empty(self) -> dict[str, Any]:
@@ -152,7 +154,7 @@ class DatasetRegistry:
         except FileNotFoundError:
             return None, [Finding.of("data_path", "data-path-not-found", path=repr(raw))]
         except OSError as error:
-            return None, [Finding.of("data_path", "data-path-unusable", path=repr(raw), problem=error.strerror or str(error))]
+            return None, [Finding.of("data_path", "data-path-unusable", path=repr(raw), problem=os_error(error))]
         if stat.S_ISDIR(info.st_mode):
             return None, [Finding.of("data_path", "data-path-is-dir", path=repr(raw))]
         if not stat.S_ISREG(info.st_mode):
@@ -163,9 +165,9 @@ class DatasetRegistry:
         try:
             info = os.stat(uploaded)
         except OSError as error:
-            return [Finding.of("data_file", "data-unreadable", file=shown, error=error.strerror or str(error))]
+            return [Finding.of("data_file", "data-unreadable", file=shown, error=os_error(error))]
         if not stat.S_ISREG(info.st_mode):
-            return [Finding.of("data_file", "data-unreadable", file=shown, error="not a regular file")]
+            return [Finding.of("data_file", "data-unreadable", file=shown, error=Message("file-error.not-regular"))]
         if info.st_size > self.max_upload_bytes:
             return [Finding.of("data_file", "data-upload-too-big", file=shown, size=f"{info.st_size / 2**20:.1f}", limit=f"{self.max_upload_bytes / 2**20:.0f}")]
         return []
@@ -345,7 +347,7 @@ class DatasetRegistry:
     # --- the folder ----------------------------------------------------------------------------
 
     def _unwritable(self, error: OSError) -> Finding:
-        return Finding.of("dataset_name", "data-registry-unwritable", folder=str(self.folder), error=error.strerror or str(error))
+        return Finding.of("dataset_name", "data-registry-unwritable", folder=str(self.folder), error=os_error(error))
 
     def _prepare_folder(self) -> None:
         """datasets/ and datasets/files/, real directories (a link there is refused)."""

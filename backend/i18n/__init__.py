@@ -25,8 +25,10 @@ Message ids, by prefix:
   its parameters in any locale.
   No English sentence is ever matched back: a finding built by hand from finished
   sentences (`params is None`) is shown as written.
-- `field.*`: the field names the rules put into their messages ("Batch size"); a `{field}`
-  value is translated too (and a `{state}` value through `state.*`).
+- `field.*`: the field names the rules put into their messages ("Batch size"): a rule passes
+  `field=field_noun(name)`, a `Message` of `field.<name>`, and a run's state as a `Message` of
+  `state.<state>`. A parameter that is a `Message` is rendered in the reader's language; any
+  other value is shown as given (no English word is ever looked back up in the catalogue).
 
 `pick_locale` chooses the locale from a switch on the page or the browser's
 Accept-Language; `translate` falls back to English, then to the key itself.
@@ -38,14 +40,11 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
-
-if TYPE_CHECKING:
-    from backend.findings import Finding
 
 DEFAULT_LOCALE = "en"
 LOCALES = ("en", "zh-CN")
@@ -158,24 +157,9 @@ def ui_translations() -> dict[str, dict[str, str]]:
 # --- findings ---------------------------------------------------------------------------------
 
 
-# Placeholders whose values are themselves catalogue words: a form field's English name
-# ("Batch size") or a run state ("running") is put into the other language's words too.
-_WORD_PLACEHOLDERS = {"field": "field.", "state": "state."}
-
-
-def _localize_word(name: str, value: str, locale: str) -> str:
-    prefix = _WORD_PLACEHOLDERS.get(name)
-    if prefix is None:
-        return value
-    for key, english in CATALOGUE[DEFAULT_LOCALE].items():
-        if key.startswith(prefix) and english == value:
-            return translate(key, locale)
-    return value
-
-
 def render_message(key: str, params: Mapping[str, Any], locale: str | None) -> str:
-    """A message id's text in `locale`, filled with `params`; a `{field}` or `{state}` value
-    that is an English catalogue word is put into `locale`'s word too."""
+    """A message id's text in `locale`, filled with `params` (a value that is a message itself,
+    a field's noun, a run's state, a clause, is rendered in `locale` too)."""
     canonical = canonical_locale(locale) or DEFAULT_LOCALE
     values = {name: _param_text(name, value, canonical) for name, value in params.items()}
     return _fill(key, canonical, values)
@@ -187,7 +171,7 @@ def _param_text(name: str, value: Any, locale: str) -> Any:
     render = getattr(value, "text", None)
     if callable(render):
         return render(locale)
-    return _localize_word(name, value, locale) if isinstance(value, str) else value
+    return value
 
 
 class Message(str):
@@ -198,7 +182,7 @@ class Message(str):
     key: str
     params: dict[str, Any]
 
-    def __new__(cls, key: str, **params: Any) -> Message:
+    def __new__(cls, key: str, /, **params: Any) -> Message:  # a message may have a `{key}` placeholder
         message = super().__new__(cls, render_message(key, params, DEFAULT_LOCALE))
         message.key = key
         message.params = params
@@ -242,16 +226,6 @@ def localized(text: object, locale: str | None) -> str:
     return render(locale) if callable(render) else str(text)
 
 
-def translate_finding(finding: Finding, locale: str) -> Finding:
-    """`finding` with its problem and fix in `locale` (unchanged where no template fits)."""
-    from dataclasses import replace
-
-    problem, fix = finding.text(locale)
-    if problem == finding.problem and fix == finding.fix:
-        return finding
-    return replace(finding, problem=problem, fix=fix)
-
-
 def translate_diagnosis(rule: str, cause: str, fix: str, locale: str) -> tuple[str, str]:
     """(cause, fix) of a diagnose.py rule in `locale`; as given when the rule is unknown."""
     canonical = canonical_locale(locale) or DEFAULT_LOCALE
@@ -282,6 +256,5 @@ __all__ = [
     "render_message",
     "translate",
     "translate_diagnosis",
-    "translate_finding",
     "ui_translations",
 ]

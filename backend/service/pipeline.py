@@ -21,6 +21,7 @@ from backend.config import RunConfig, parse_form, schema, to_llamafactory_args
 from backend.config.placement import LocalPlacement, Placement
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError, load_presets
 from backend.findings import Finding, has_problems
+from backend.i18n import Joined
 from backend.runs import CONFIG_FILE, OUTPUT_DIR
 
 if TYPE_CHECKING:
@@ -295,10 +296,11 @@ class ConfigPipeline:
             from backend.config.distributed import describe, node_commands
 
             lines = node_commands(plan, CONFIG_FILE, extra_env=dict(preset.env) if preset else None)
-            command = f"# {describe(plan)}\n" + "\n".join(f"# node {rank}\n{line}" for rank, line in enumerate(lines))
+            # A Joined of messages: the page renders the comment lines in its language.
+            command = Joined((Joined(("# ", describe(plan)), ""), "\n".join(f"# node {rank}\n{line}" for rank, line in enumerate(lines))), "\n")
         deepspeed = self.deepspeed_file(config)
         if deepspeed is not None:
-            command = f"# {deepspeed.summary()}\n{command}"
+            command = Joined((Joined(("# ", deepspeed.summary()), ""), command), "\n")
         return Preview(
             yaml_text=yaml.safe_dump(self.run_args(config, plan, output_dir), sort_keys=False, allow_unicode=True),
             command=command,

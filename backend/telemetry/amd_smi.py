@@ -19,7 +19,7 @@ from typing import Any
 
 from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
-from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, iter_json
+from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, iter_json, tool_said
 from backend.telemetry.tool import ToolOutput, run_tool
 from backend.telemetry.topology import CardIdentity
 
@@ -125,10 +125,10 @@ def diagnose_amd_smi(stdout: str, stderr: str) -> SourceStatus | None:
     if any(s in lowered for s in ("driver_not_loaded", "driver not loaded", "driver not initialized",
                                   "amdgpu not found", "unable to detect any gpu", "modprobe amdgpu")):
         line = next((ln.strip() for ln in both.splitlines() if "driver" in ln.lower() or "gpu" in ln.lower()), "")
-        return SourceStatus("amd-smi", False, line or Message("telemetry.amd_smi.no_driver"), DRIVER_HINT)
+        return SourceStatus("amd-smi", False, tool_said(line) if line else Message("telemetry.amd_smi.no_driver"), DRIVER_HINT)
     if "no_perm" in lowered or "permission denied" in lowered:
-        line = next((ln.strip() for ln in both.splitlines() if "perm" in ln.lower()), Message("telemetry.permission_denied"))
-        return SourceStatus("amd-smi", False, line, GROUPS_HINT)
+        printed = next((ln.strip() for ln in both.splitlines() if "perm" in ln.lower()), None)
+        return SourceStatus("amd-smi", False, tool_said(printed) if printed else Message("telemetry.permission_denied"), GROUPS_HINT)
     return None
 
 

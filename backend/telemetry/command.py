@@ -29,6 +29,12 @@ GROUPS_HINT = Message("telemetry.hint.groups")
 DRIVER_HINT = Message("telemetry.hint.driver")
 
 
+def tool_said(line: str) -> Message:
+    """A line a tool printed, as a message value: written as is in English, quoted in another
+    language (the tool's own words are never a clause of a translated sentence)."""
+    return Message("telemetry.tool_said", line=line)
+
+
 def _json_values(text: str) -> Iterator[Any]:
     """Each top-level JSON object or array in `text`, in order; stray text around and
     between them is skipped."""
@@ -118,13 +124,15 @@ class CommandSource:
         status = self.unavailable(output)
         if status is not None:
             return status
+        parse_failure: str = ""
         try:
             readings, _ = self.parse(output)
         except Exception as exc:  # a parser bug must not take the app down
             readings = []
-            output = ToolOutput(output.argv, f"parser failed: {exc}", output.stderr, output.returncode, output.seconds)
+            parse_failure = Message("telemetry.parser_failed", error=str(exc))  # said instead of the tool's stdout
         if not readings:
-            seen = first_line(output.stderr) or first_line(output.stdout) or Message("telemetry.no_output")
+            printed = first_line(output.stderr) or (None if parse_failure else first_line(output.stdout))
+            seen = tool_said(printed) if printed else parse_failure or Message("telemetry.no_output")
             return SourceStatus(self.name, False, Message("telemetry.tool_no_gpu", tool=self.tool, seen=seen), self.install_hint)
         self.after_probe()
         self._kfd = read_kfd_gpus(self.sysfs_root)
@@ -145,10 +153,11 @@ class CommandSource:
             readings, identities = self.parse(output)
         except Exception as exc:
             readings, identities = [], {}
-            self.last_failure = f"could not parse {self.tool} output: {exc}"
+            self.last_failure = Message("telemetry.could_not_parse", tool=self.tool, error=str(exc))
             return []
         if not readings:
-            self.last_failure = f"no readings in {self.tool} output: {first_line(output.stdout) or first_line(output.stderr) or 'empty'}"
+            printed = first_line(output.stdout) or first_line(output.stderr)
+            self.last_failure = Message("telemetry.no_readings", tool=self.tool, line=tool_said(printed) if printed else Message("telemetry.empty_output"))
             return []
         self.last_failure = ""
         return self.to_run_indices(readings, identities)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from backend.i18n import Message
 from backend.telemetry.base import Reading, SourceStatus
-from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, extract_json
+from backend.telemetry.command import DRIVER_HINT, GROUPS_HINT, CommandSource, extract_json, tool_said
 from backend.telemetry.tool import ToolOutput
 from backend.telemetry.topology import CardIdentity
 
@@ -128,10 +128,10 @@ def diagnose_rocm_smi(stdout: str, stderr: str) -> SourceStatus | None:
     both = f"{stderr}\n{stdout}"
     if NO_DRIVER in both or "amdgpu not found" in both:
         line = next((ln for ln in both.splitlines() if NO_DRIVER in ln), NO_DRIVER)
-        return SourceStatus("rocm-smi", False, line.replace("ERROR:root:", "").strip(), DRIVER_HINT)
+        return SourceStatus("rocm-smi", False, tool_said(line.replace("ERROR:root:", "").strip()), DRIVER_HINT)
     if "Permission denied" in both or "permission" in both.lower() and "ERROR" in both:
-        line = next((ln.strip() for ln in both.splitlines() if "ermission" in ln), Message("telemetry.permission_denied"))
-        return SourceStatus("rocm-smi", False, line, GROUPS_HINT)
+        printed = next((ln.strip() for ln in both.splitlines() if "ermission" in ln), None)
+        return SourceStatus("rocm-smi", False, tool_said(printed) if printed else Message("telemetry.permission_denied"), GROUPS_HINT)
     return None
 
 

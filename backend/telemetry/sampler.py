@@ -20,6 +20,7 @@ from typing import IO
 
 import psutil
 
+from backend.i18n import Message
 from backend.telemetry.backoff import Backoff
 from backend.telemetry.base import Reading, Source, SourceStatus
 
@@ -132,8 +133,7 @@ class Sampler:
                     status = SourceStatus(
                         status.name,
                         status.available,
-                        f"backed off for {backoff.pause_s:g} s after {backoff.failures} failures "
-                        f"in a row: {backoff.last_error}",
+                        Message("telemetry.backed_off", seconds=f"{backoff.pause_s:g}", failures=backoff.failures, error=backoff.last_error),
                         status.hint,
                     )
                 out.append(status)
@@ -216,7 +216,7 @@ class Sampler:
                 try:
                     status = source.probe()
                 except Exception as exc:
-                    status = SourceStatus(getattr(source, "name", "?"), False, f"probe failed: {exc}")
+                    status = SourceStatus(getattr(source, "name", "?"), False, Message("telemetry.probe_failed", error=str(exc)))
                 statuses.append(status)
                 if status.available:
                     sources.append(source)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from backend.i18n import Message
+from backend.i18n.errors import os_error
 from backend.security.child_env import child_env
 
 
@@ -80,7 +81,7 @@ def run_tool(
             start_new_session=True,  # own process group, so a timeout kills the whole tree
         )
     except OSError as exc:
-        return ToolOutput(argv, "", "", None, time.monotonic() - started, error=Message("telemetry.tool_could_not_start", error=str(exc)))
+        return ToolOutput(argv, "", "", None, time.monotonic() - started, error=Message("telemetry.tool_could_not_start", error=os_error(exc)))
     try:
         out, err = proc.communicate(input=None if input_text is None else input_text.encode("utf-8"), timeout=timeout_s)
     except subprocess.TimeoutExpired:
