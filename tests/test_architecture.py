@@ -192,7 +192,6 @@ def describe(cycle: list[str], graph: dict[str, list[Import]]) -> str:
 # A cycle not named here fails the test.
 KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"backend.config", "backend.config.other_keys"}): "config -> other_keys in a function, other_keys -> config for types (RunConfig; issue 28, fields)",
-    frozenset({"backend.findings", "backend.i18n"}): "findings -> i18n in a function, i18n -> findings for types (translate_finding; issue 28, words)",
 }
 
 

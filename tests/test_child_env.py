@@ -40,7 +40,7 @@ from backend.config.distributed import (
     slurm_launch_env,
 )
 from backend.config.presets import PRESETS_DIR, load_presets
-from backend.i18n import translate_finding
+from backend.findings import translate_finding
 from backend.runs import LOG_FILE, RunStore
 from backend.runs.launcher import OFFLINE_ENV, trainer_env
 from backend.runs.queue import launch_file

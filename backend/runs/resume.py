@@ -344,7 +344,7 @@ def resume_plan(store: RunStore, run_id: str, state: RunState | None = None) -> 
         # The error names the run id as the store saw it (shown as written).
         return Refusal(str(run_id), "run-missing", params={"run_id": repr(run_id), "error": str(error)})
     if state.active:
-        return Refusal(run_id, "run-active", params={"run_id": run_id, "state": state.state})
+        return Refusal(run_id, "run-active", params={"run_id": run_id, "state": Message(f"state.{state.state}")})
     if state.state == "finished":
         return Refusal(run_id, "run-finished", params={"run_id": run_id})
     if not isinstance(_config_args(run_dir), dict):
