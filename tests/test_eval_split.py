@@ -22,8 +22,8 @@ from backend.config import parse_form, schema, to_llamafactory_args
 from backend.config.checks import check_config
 from backend.config.presets import demo_form
 from backend.config.yaml_import import import_yaml
-from backend.runs.history import read_best_eval_loss
 from backend.runs.logs import JsonlTail, MetricSeries, parse_metric
+from backend.runs.trainer_log import read_best_eval_loss
 
 FIXTURE = Path(__file__).parent / "fixtures" / "logs" / "real_trainer_log_with_eval.jsonl"
 TRAIN_STEPS = [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]

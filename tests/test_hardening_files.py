@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.runs import RunNotFound, RunStore, artifacts, history, safe_files
+from backend.runs import RunNotFound, RunStore, artifacts, history, safe_files, trainer_log
 from backend.runs.artifacts import NoAdapter, build_adapter_zip, has_adapter
 from backend.runs.logs import MAX_LINE_BYTES, JsonlTail, MetricPoint, MetricSeries, TextTail
 
@@ -203,7 +203,7 @@ def test_a_linked_metrics_file_draws_nothing(board, outside: Path, name: str) ->
         assert snapshot.points == []
         summary = next(s for s in history.summarize_runs(board.store) if s.id == run_id)
         assert summary.step is None and summary.last_loss is None
-        assert history.read_curve(run_dir / name, run_dir) == []
+        assert trainer_log.read_curve(run_dir / name, run_dir) == []
 
 
 @pytest.mark.hostile
@@ -354,11 +354,11 @@ def test_a_summary_of_a_huge_log_without_loss_reads_a_bounded_tail(tmp_path: Pat
         handle.write(log_line(1).encode())
         handle.write(line * (24 * 1024 * 1024 // len(line)))  # 24 MiB, no loss after the first line
     reads = []
-    real = history._read_window
-    monkeypatch.setattr(history, "_read_window", lambda h, s, n: reads.append(n) or real(h, s, n))
-    tail = history.read_log_tail(path)
+    real = trainer_log._read_window
+    monkeypatch.setattr(trainer_log, "_read_window", lambda h, s, n: reads.append(n) or real(h, s, n))
+    tail = trainer_log.read_log_tail(path)
     assert tail.step == 1 and tail.last_loss is None  # the loss 24 MiB back is not looked for
-    assert sum(reads) <= 2 * history.TAIL_MAX_BYTES
+    assert sum(reads) <= 2 * trainer_log.TAIL_MAX_BYTES
 
 
 def test_an_overlay_curve_of_a_huge_log_is_sampled(tmp_path: Path) -> None:
@@ -366,8 +366,8 @@ def test_an_overlay_curve_of_a_huge_log_is_sampled(tmp_path: Path) -> None:
     with open(path, "w") as handle:
         for step in range(1, 300_001):
             handle.write(log_line(step, 300_000, 5.0 - step / 100_000))
-    assert path.stat().st_size > history.CURVE_READ_BYTES
-    curve = history.read_curve(path)
+    assert path.stat().st_size > trainer_log.CURVE_READ_BYTES
+    curve = trainer_log.read_curve(path)
     assert 1000 < len(curve) <= 20_000
     assert curve[0].step < 1000 and curve[-1].step > 299_000
     assert all(a.step < b.step for a, b in pairwise(curve))

@@ -9,17 +9,17 @@ import re
 
 import pytest
 
-from backend.runs import OUTPUT_DIR, RunStore, history
+from backend.runs import OUTPUT_DIR, RunStore, history, trainer_log
 from backend.runs.history import (
     HISTORY_HEADERS,
     format_duration,
     overlay_figure,
-    read_log_tail,
     short_model,
     summaries_table,
     summarize_runs,
 )
 from backend.runs.logs import TRAINER_LOG
+from backend.runs.trainer_log import read_log_tail
 
 
 def log_text(steps, total, loss=lambda s: 5.0 - s / 100, final=True) -> str:
@@ -68,7 +68,7 @@ def test_tail_reads_only_the_end_and_grows_its_window_when_needed(tmp_path, monk
     path.write_text(log_text(list(range(1, 20001)), 20000))
     reads = []
     real_open = open
-    real_read_window = history._read_window
+    real_read_window = trainer_log._read_window
 
     def counting_read_window(handle, start, length):
         data = real_read_window(handle, start, length)
@@ -77,12 +77,12 @@ def test_tail_reads_only_the_end_and_grows_its_window_when_needed(tmp_path, monk
 
     # Every byte of a log tail is read through _read_window (the file is opened without
     # following links, by descriptor, so builtins.open never sees it).
-    monkeypatch.setattr(history, "_read_window", counting_read_window)
+    monkeypatch.setattr(trainer_log, "_read_window", counting_read_window)
     tail = read_log_tail(path)
     assert (tail.step, tail.total_steps) == (20000, 20000)
     assert tail.last_loss == pytest.approx(5.0 - 20000 / 100)
-    assert sum(reads) <= history.TAIL_BYTES
-    assert os.path.getsize(path) > 100 * history.TAIL_BYTES
+    assert sum(reads) <= trainer_log.TAIL_BYTES
+    assert os.path.getsize(path) > 100 * trainer_log.TAIL_BYTES
 
     # Cached: the same size and mtime are not read again.
     reads.clear()
@@ -95,7 +95,7 @@ def test_tail_reads_only_the_end_and_grows_its_window_when_needed(tmp_path, monk
             handle.write(json.dumps({"current_steps": step, "total_steps": 20400}) + "\n")
     tail = read_log_tail(path)
     assert (tail.step, tail.last_loss) == (20399, pytest.approx(5.0 - 20000 / 100))
-    assert sum(reads) > history.TAIL_BYTES
+    assert sum(reads) > trainer_log.TAIL_BYTES
 
 
 def test_tail_of_a_cut_or_garbage_log(tmp_path):
@@ -103,7 +103,7 @@ def test_tail_of_a_cut_or_garbage_log(tmp_path):
     path.write_text(log_text([1, 2, 3], 10, final=False) + "not json\n" + '{"current_steps": 4, "tot')
     tail = read_log_tail(path)
     assert (tail.step, tail.total_steps, tail.last_loss) == (3, 10, pytest.approx(4.97))
-    assert read_log_tail(tmp_path / "missing.jsonl") == history.LogTail(None, None, None)
+    assert read_log_tail(tmp_path / "missing.jsonl") == trainer_log.LogTail(None, None, None)
 
 
 def test_cached_summary_follows_a_growing_log(store):

@@ -6,7 +6,8 @@ links (backend/runs/safe_files.py):
   scores are percentages (0-100), averaged over the predicted rows.
 - generated_predictions.jsonl: one {"prompt", "predict", "label"} object a line.
 - trainer_log.jsonl: LogCallback's progress, every 5 prediction steps (batches):
-  {"current_steps": 5, "total_steps": 71, "percentage": 7.04, ...}.
+  {"current_steps": 5, "total_steps": 71, "percentage": 7.04, ...}; read by
+  backend.runs.trainer_log, the one reader of that file.
 
 The `parse_*` functions are pure (tested on files captured from a real run); `read_*` open
 the run's files.
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.runs import OUTPUT_DIR, safe_files
-from backend.runs.logs import TRAINER_LOG
+from backend.runs.trainer_log import LogTail, log_path, parse_tail, read_log_tail
 
 RESULTS_FILE = "predict_results.json"
 PREDICTIONS_FILE = "generated_predictions.jsonl"
@@ -31,7 +32,6 @@ EVALUATION_FILE = "evaluation.json"
 
 RESULTS_MAX_BYTES = 64 * 1024  # a handful of numbers
 PREDICTIONS_READ_BYTES = 4 * 1024 * 1024  # the first rows of a file that may be large
-PROGRESS_TAIL_BYTES = 16 * 1024
 MAX_ROWS = 1000  # read at most; the page shows fewer
 TEXT_MAX_CHARS = 4000  # one prompt / prediction / reference as kept
 
@@ -159,19 +159,15 @@ def user_text(prompt: str) -> str:
     return _SPECIAL_TOKEN.sub("", prompt).strip() or prompt
 
 
+def _progress(tail: LogTail) -> PredictProgress | None:
+    if tail.step is None or tail.total_steps is None or tail.total_steps <= 0:
+        return None
+    return PredictProgress(tail.step, tail.total_steps)
+
+
 def parse_progress(data: bytes) -> PredictProgress | None:
-    """The last progress line of a trainer_log.jsonl's end (None before the first one)."""
-    for line in reversed(data.split(b"\n")):
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if not isinstance(record, dict):
-            continue
-        step, total = record.get("current_steps"), record.get("total_steps")
-        if isinstance(step, int) and isinstance(total, int) and not isinstance(step, bool) and total > 0:
-            return PredictProgress(step, total)
-    return None
+    """The progress a trainer_log.jsonl's end says (None before its first line)."""
+    return _progress(parse_tail(data))
 
 
 def format_number(value: float | None) -> str:
@@ -207,7 +203,4 @@ def read_predictions(run_dir: Path, max_rows: int = MAX_ROWS) -> list[Prediction
 
 
 def read_progress(run_dir: Path) -> PredictProgress | None:
-    try:
-        return parse_progress(safe_files.read_tail(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", PROGRESS_TAIL_BYTES))
-    except OSError:
-        return None
+    return _progress(read_log_tail(log_path(run_dir), run_dir, loss=False))

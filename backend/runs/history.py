@@ -2,11 +2,11 @@
 
 Everything is read from the run directories, never from memory of the web process, so the
 view is the same after a restart. It is also cheap with many long runs, and bounded with a
-hostile one: a summary reads only the end of each trainer_log.jsonl (at most
-TAIL_MAX_BYTES, however the file looks), an overlay curve reads a long log in evenly spaced
-windows (at most CURVE_READ_BYTES), and what was read is kept until the file's size or
-mtime changes (a finished run is read once). Every file is opened inside its run without
-following links (backend.runs.safe_files).
+hostile one: a summary reads only the end of each trainer_log.jsonl, an overlay curve reads
+a long log in evenly spaced windows (both through backend.runs.trainer_log, the one reader of
+that file, bounded however the file looks), and what was read is kept until the file's size or
+mtime changes (a finished run is read once; backend.runs.file_cache). Every file is opened
+inside its run without following links (backend.runs.safe_files).
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import math
 import stat
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
 from backend.config import schema
@@ -34,18 +33,11 @@ from backend.runs import (
     RunState,
     RunStore,
     safe_files,
+    trainer_log,
 )
-from backend.runs.logs import (
-    MAX_LINE_BYTES,
-    TRAINER_LOG,
-    JsonlTail,
-    MetricPoint,
-    MetricSeries,
-    parse_curve_records,
-    parse_metric,
-    parse_records,
-    sampled_lines,
-)
+from backend.runs.file_cache import file_key as _file_key
+from backend.runs.file_cache import memo as _memo
+from backend.runs.file_cache import prune
 
 # The table's columns (each header runs.column.<column>): which run, then one per column the
 # form's fields fill (schema.Field.column, in the schema's order: dataset, learning_rate,
@@ -93,29 +85,11 @@ def history_headers(locale: str = "en", columns: Sequence[str] | None = None) ->
 # The English headers, by which code and tests name a column (the catalogue holds the words).
 HISTORY_HEADERS: tuple[str, ...] = tuple(history_headers("en"))
 
-TAIL_BYTES = 16 * 1024  # ~50 trainer-log lines; doubled until a line with a loss turns up
-# ... up to this window (~13 000 lines; 8 MiB read in all): a log whose last 4 MiB hold no
-# loss is summed up by its last step, without a loss.
-TAIL_MAX_BYTES = 4 * 1024 * 1024
-# An overlay curve reads a log up to this size whole; a longer one in CURVE_WINDOWS evenly
-# spaced windows of CURVE_WINDOW_BYTES (the same 16 MiB at most): its shape, not every step.
-CURVE_READ_BYTES = 16 * 1024 * 1024
-CURVE_WINDOWS = 2048
-CURVE_WINDOW_BYTES = CURVE_READ_BYTES // CURVE_WINDOWS
 ATTEMPTS_DIR = "attempts"  # backend.runs.resume archives each earlier attempt's state.json here
 
 # One colour per run in an overlay, distinct on white and for common colour blindness
 # (Okabe–Ito), the first being the single-run chart's red.
 OVERLAY_COLORS = ("rgb(237,28,36)", "rgb(0,114,178)", "rgb(0,158,115)", "rgb(230,159,0)", "rgb(204,121,167)", "rgb(86,180,233)", "rgb(213,94,0)", "rgb(0,0,0)")
-
-
-@dataclass(frozen=True)
-class LogTail:
-    """What the end of a trainer log says."""
-
-    step: int | None  # the last step logged
-    total_steps: int | None
-    last_loss: float | None  # the loss of the last line that has one
 
 
 @dataclass(frozen=True)
@@ -145,124 +119,12 @@ class RunSummary:
     job_id: str = ""  # a Slurm run's job (the current attempt's)
 
 
-# --- reading the end of a log, cached -------------------------------------------------
+# --- reading a run's files, cached (its trainer log: backend.runs.trainer_log) -----------
 
-_cache_lock = threading.Lock()
-T = TypeVar("T")
-_tail_cache: dict[Path, tuple[tuple[int, int], LogTail]] = {}
-_curve_cache: dict[Path, tuple[tuple[int, int], tuple[MetricPoint, ...]]] = {}
 _attempt_cache: dict[Path, tuple[tuple[int, int], tuple[float, float] | None]] = {}
 _settings_cache: dict[Path, tuple[tuple[tuple[int, int] | None, ...], tuple[tuple[str, Any], ...]]] = {}
-# path -> (bytes scanned so far, lowest eval_loss in them): a growing log is scanned once.
-_eval_cache: dict[Path, tuple[int, float | None]] = {}
 _scores_cache: dict[Path, tuple[tuple[int, int], Scores | None]] = {}
 
-
-def _in_run(path: Path, run_dir: Path | None) -> tuple[Path, Path]:
-    """(run directory, path inside it) of a run file; a bare path's own directory is its root."""
-    if run_dir is None:
-        return path.parent, Path(path.name)
-    return run_dir, path.relative_to(run_dir)
-
-
-def _file_key(path: Path, run_dir: Path | None = None) -> tuple[int, int] | None:
-    """(size, mtime) of a regular file reached without following links, else None."""
-    found = safe_files.lstat_in_run(*_in_run(path, run_dir))
-    if found is None or not stat.S_ISREG(found.st_mode):
-        return None
-    return found.st_size, found.st_mtime_ns
-
-
-def _memo(cache: dict, name: Any, key: Any, compute: Callable[[], T]) -> T:
-    """`compute()`, kept in `cache` under `name` while `key` (the files' size and mtime) stays
-    the same. An exception from `compute` is not kept: the next call tries again."""
-    with _cache_lock:
-        cached = cache.get(name)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    value = compute()
-    with _cache_lock:
-        cache[name] = (key, value)
-    return value
-
-
-def _read_window(handle, start: int, length: int) -> bytes:
-    handle.seek(start)
-    return handle.read(length)
-
-
-def _parse_tail(data: bytes, whole: bool, last_try: bool = False) -> LogTail | None:
-    """LogTail from the last bytes of a log; None when they hold no loss and more is left
-    (and this is not the last window it may read)."""
-    lines = data.split(b"\n")
-    if not whole:
-        lines = lines[1:]  # the first line is probably cut by the window
-    step = total = None
-    for line in reversed(lines):
-        if len(line) > MAX_LINE_BYTES:
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        point = parse_metric(record) if isinstance(record, dict) else None
-        if point is None:
-            continue
-        if step is None:
-            step, total = point.step, point.total_steps
-        if point.loss is not None:
-            return LogTail(step, total, point.loss)
-    return LogTail(step, total, None) if whole or last_try else None
-
-
-def read_log_tail(path: Path, run_dir: Path | None = None) -> LogTail:
-    """The last step, total and last loss of a trainer log, reading only its end: windows
-    from TAIL_BYTES doubling up to TAIL_MAX_BYTES (2 * TAIL_MAX_BYTES read at most)."""
-    key = _file_key(path, run_dir)
-    if key is None:
-        return LogTail(None, None, None)
-
-    def read() -> LogTail:
-        window = TAIL_BYTES
-        tail: LogTail | None = None
-        with safe_files.opened(*_in_run(path, run_dir)) as handle:
-            size = key[0]
-            while tail is None:
-                window = min(window, TAIL_MAX_BYTES)
-                start = max(0, size - window)
-                tail = _parse_tail(_read_window(handle, start, size - start), whole=start == 0, last_try=window >= TAIL_MAX_BYTES)
-                window *= 2
-        return tail
-
-    try:
-        return _memo(_tail_cache, path, key, read)
-    except OSError:  # not kept: the next call reads again
-        return LogTail(None, None, None)
-
-
-def read_curve(path: Path, run_dir: Path | None = None) -> list[MetricPoint]:
-    """The curve of a trainer log, as the live chart draws it (a resumed run's repeated
-    steps replace the superseded ones); a log longer than CURVE_READ_BYTES is sampled in
-    evenly spaced windows. Cached by size and mtime."""
-    key = _file_key(path, run_dir)
-    if key is None:
-        return []
-
-    def read() -> tuple[MetricPoint, ...]:
-        series = MetricSeries()
-        if key[0] <= CURVE_READ_BYTES:
-            for records in JsonlTail(path, run_dir=_in_run(path, run_dir)[0]).read_all():
-                series.extend(parse_curve_records(records))
-        else:
-            try:
-                with safe_files.opened(*_in_run(path, run_dir)) as handle:
-                    for lines in sampled_lines(handle, 0, key[0], CURVE_WINDOWS, CURVE_WINDOW_BYTES):
-                        series.extend(parse_curve_records(parse_records(lines).records))
-            except OSError:
-                pass
-        return tuple(series.points)
-
-    return list(_memo(_curve_cache, path, key, read))
 
 
 def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
@@ -284,16 +146,6 @@ def _attempt_span(run_dir: Path, relative: str) -> tuple[float, float] | None:
         return None
 
     return _memo(_attempt_cache, state_file, key, read)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def read_settings(run_dir: Path) -> tuple[tuple[str, Any], ...]:
@@ -333,44 +185,6 @@ def _merged_settings(run_dir: Path, files: tuple[str, ...], key: tuple) -> tuple
                 settings.append((form_field.name, known.config.value(form_field.name)))
     return tuple(settings)
 
-
-def read_best_eval_loss(path: Path, run_dir: Path | None = None) -> float | None:
-    """The lowest `eval_loss` in a trainer log. Each byte is scanned once (a growing log is
-    read from where the last scan stopped), at most CURVE_READ_BYTES a call: a log that grew
-    by more since is scanned over its last CURVE_READ_BYTES only."""
-    key = _file_key(path, run_dir)
-    if key is None:
-        return None
-    size = key[0]
-    with _cache_lock:
-        offset, best = _eval_cache.get(path, (0, None))
-    if offset > size:  # rewritten, not appended to
-        offset, best = 0, None
-    if offset == size:
-        return best
-    start = max(offset, size - CURVE_READ_BYTES)
-    try:
-        with safe_files.opened(*_in_run(path, run_dir)) as handle:
-            data = _read_window(handle, start, size - start)
-    except OSError:
-        return best
-    end = data.rfind(b"\n") + 1  # whole lines only: one being written is read next time
-    lines = data[:end].split(b"\n")
-    if start > offset:
-        lines = lines[1:]  # cut by the window
-    for line in lines:
-        if b"eval_loss" not in line or len(line) > MAX_LINE_BYTES:
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            continue
-        loss = _number(record.get("eval_loss")) if isinstance(record, dict) else None
-        if loss is not None and (best is None or loss < best):
-            best = loss
-    with _cache_lock:
-        _eval_cache[path] = (start + end, best)
-    return best
 
 
 def read_evaluated_dataset(run_dir: Path) -> str:
@@ -413,11 +227,8 @@ def _duration(run_dir: Path, state: RunState, now: float) -> float | None:
 
 def _prune(root: Path, live_dirs: set[Path]) -> None:
     """Forgets cached reads of this runs directory's runs that are no longer on disk."""
-    with _cache_lock:
-        for cache in (_tail_cache, _curve_cache, _attempt_cache, _eval_cache, _settings_cache, _scores_cache):
-            gone = [p for p in cache if root in p.parents and p not in live_dirs and not any(parent in live_dirs for parent in p.parents)]
-            for path in gone:
-                del cache[path]
+    prune((_attempt_cache, _settings_cache, _scores_cache), root, live_dirs)
+    trainer_log.forget_gone_runs(root, live_dirs)
 
 
 # --- the table --------------------------------------------------------------------------
@@ -450,7 +261,8 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
         except RunNotFound:
             continue  # deleted between the listing and now
         live.add(run_dir)
-        tail = read_log_tail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir)
+        log = trainer_log.log_path(run_dir)
+        tail = trainer_log.read_log_tail(log, run_dir)
         # An evaluation trains nothing: no learning rate nor length, and its dataset is the
         # held-out one (its form.json is the trained run's).
         settings = read_settings(run_dir) if state.kind != "evaluate" else (("dataset", read_evaluated_dataset(run_dir)),)
@@ -470,7 +282,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 exit_code=state.exit_code,
                 stop_reason=state.stop_reason,
                 settings=settings,
-                best_eval_loss=read_best_eval_loss(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir),
+                best_eval_loss=trainer_log.read_best_eval_loss(log, run_dir),
                 kind=state.kind,
                 source_run=state.source_run,
                 scores=eval_scores.get(state.id) if state.kind == "evaluate" else evaluated.get(state.id),
@@ -639,7 +451,7 @@ def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MA
         except RunNotFound:
             missing.append(str(run_id))
             continue
-        with_loss = [p for p in read_curve(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir) if p.loss is not None]
+        with_loss = [p for p in trainer_log.read_curve(trainer_log.log_path(run_dir), run_dir) if p.loss is not None]
         steps = [p.step for p in with_loss]
         smoothed = smooth([float(p.loss) for p in with_loss])  # type: ignore[arg-type]
         keep = downsample_indices(len(steps), max_points, smoothed)
@@ -675,7 +487,6 @@ __all__ = [
     "HISTORY_COLUMNS",
     "HISTORY_HEADERS",
     "TABLE_COLUMNS",
-    "LogTail",
     "RunSummary",
     "format_duration",
     "summaries_sort_values",
@@ -683,9 +494,6 @@ __all__ = [
     "history_columns",
     "history_headers",
     "overlay_figure",
-    "read_best_eval_loss",
-    "read_curve",
-    "read_log_tail",
     "read_settings",
     "short_model",
     "summaries_table",

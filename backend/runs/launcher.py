@@ -8,7 +8,6 @@ so that a reused pid is never mistaken for it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -25,7 +24,7 @@ import psutil
 from backend.runs import safe_files
 from backend.security.child_env import child_env, refused_settings
 from backend.config.distributed import PLAN_VARIABLES
-from backend.runs.logs import TRAINER_LOG
+from backend.runs.trainer_log import log_path, read_log_tail
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
 
 if TYPE_CHECKING:
@@ -231,16 +230,8 @@ def starter_alive(state: RunState) -> bool:
 
 def derive_final_state(run_dir: Path) -> tuple[str, str]:
     """(state, reason) of a run whose trainer ended while nobody watched it."""
-    finished = False
-    try:
-        # Only the last line matters: read the end of the log (it can be hundreds of MB),
-        # without following a link planted in the run.
-        tail = safe_files.read_tail(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", 64_000)
-        lines = tail.decode("utf-8", errors="replace").strip().splitlines()
-        last = json.loads(lines[-1]) if lines else {}
-        finished = last.get("current_steps") == last.get("total_steps") and bool(last.get("total_steps"))
-    except (OSError, ValueError, AttributeError):
-        pass
+    # The log's end only (it can be hundreds of MB), without following a link planted in the run.
+    finished = read_log_tail(log_path(run_dir), run_dir, loss=False).finished
     has_weights = any(safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/{name}") for name in ("adapter_model.safetensors", "model.safetensors"))
     # An evaluation (predict mode) writes no weights: its scores, written last, say it ended.
     if safe_files.is_regular_file(run_dir, f"{OUTPUT_DIR}/predict_results.json"):

@@ -282,7 +282,7 @@ def parse_metric(record: dict[str, Any]) -> MetricPoint | None:
     """A MetricPoint from one trainer-log record, or None when it is not one."""
     step = record.get("current_steps")
     total = record.get("total_steps")
-    if not isinstance(step, int) or not isinstance(total, int):
+    if not isinstance(step, int) or not isinstance(total, int) or isinstance(step, bool) or isinstance(total, bool):
         return None
     tokens = record.get("total_tokens")
     return MetricPoint(

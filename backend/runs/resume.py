@@ -51,7 +51,8 @@ import yaml
 from backend.runs import safe_files
 from backend.findings import Finding
 from backend.i18n import DEFAULT_LOCALE, Message, render_message
-from backend.runs.logs import TRAINER_LOG, AttemptStart
+from backend.runs.logs import AttemptStart
+from backend.runs.trainer_log import append_records, log_path, mark_attempt, read_log_tail
 from backend.runs import (
     CONFIG_FILE,
     LOG_FILE,
@@ -83,8 +84,6 @@ MANIFEST_FILE = "manifest.json"
 ARCHIVE_MAX_FILE_BYTES = 256 * 1024 * 1024
 # trainer_state.json holds the whole log history: ~200 bytes a logged step.
 TRAINER_STATE_MAX_BYTES = 64 * 1024 * 1024
-# The end of the trainer log read to find its last step (doubling from 64 KiB up to this).
-LOG_END_MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -241,43 +240,11 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return info.path if info is not None else None
 
 
-# --- the trainer log -----------------------------------------------------------------
-
-
-def _log_end(run_dir: Path) -> tuple[int | None, bool]:
-    """(the last step the trainer log records, whether its last line is cut off), read from
-    the log's end only: windows from 64 KiB doubling up to LOG_END_MAX_BYTES."""
-    relative = f"{OUTPUT_DIR}/{TRAINER_LOG}"
-    try:
-        with safe_files.opened(run_dir, relative) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                return None, False
-            handle.seek(size - 1)
-            cut_off = handle.read(1) != b"\n"
-            window = 64 * 1024
-            while True:
-                start = max(0, size - window)
-                handle.seek(start)
-                lines = handle.read(size - start).split(b"\n")
-                if start > 0:
-                    lines = lines[1:]  # cut by the window
-                for line in reversed(lines):
-                    try:
-                        record = json.loads(line)
-                    except (ValueError, UnicodeDecodeError):
-                        continue
-                    if isinstance(record, dict) and isinstance(record.get("current_steps"), int):
-                        return record["current_steps"], cut_off
-                if start == 0 or window >= LOG_END_MAX_BYTES:
-                    return None, cut_off
-                window *= 2
-    except OSError:
-        return None, False
+# --- the trainer log: read and appended to through backend.runs.trainer_log ---------------
 
 
 def _last_logged_step(run_dir: Path) -> int | None:
-    return _log_end(run_dir)[0]
+    return read_log_tail(log_path(run_dir), run_dir, loss=False).step
 
 
 def recovered_records(checkpoint: CheckpointInfo, after_step: int) -> list[dict[str, Any]]:
@@ -310,22 +277,12 @@ def repair_trainer_log(output_dir: Path, checkpoint: CheckpointInfo) -> list[int
     it appended. Only appends: not a byte already in the file changes. (The log is opened
     inside the run without following a link; a planted link is refused, never appended to.)"""
     run_dir = Path(output_dir).parent
-    last, cut_off = _log_end(run_dir)
-    missing = recovered_records(checkpoint, last or 0)
-    if not cut_off and not missing:
+    end = read_log_tail(log_path(run_dir), run_dir, loss=False)  # the last step logged; a half-written last line
+    missing = recovered_records(checkpoint, end.step or 0)
+    if not end.cut_off and not missing:
         return []
-    text = ("\n" if cut_off else "") + "".join(json.dumps(record) + "\n" for record in missing)  # a half line stays, closed
-    with safe_files.opened(run_dir, f"{OUTPUT_DIR}/{TRAINER_LOG}", "ab") as handle:
-        handle.write(text.encode("utf-8"))
+    append_records(run_dir, missing, close_cut_line=end.cut_off)  # a half line stays, closed
     return [r["current_steps"] for r in missing]
-
-
-def mark_attempt(run_dir: Path, start: AttemptStart) -> None:
-    """Appends the line that says where attempt `start.attempt` begins (after the log was
-    repaired, before the trainer starts): the readers cut the curve back to its checkpoint
-    there. Opened inside the run without following a link, like the repair."""
-    with safe_files.opened(Path(run_dir), f"{OUTPUT_DIR}/{TRAINER_LOG}", "ab") as handle:
-        handle.write((json.dumps(start.record()) + "\n").encode("utf-8"))
 
 
 # --- plan and prepare ----------------------------------------------------------------
@@ -496,7 +453,6 @@ __all__ = [
     "checkpoint_info",
     "latest_checkpoint",
     "latest_complete_checkpoint",
-    "mark_attempt",
     "prepare_resume",
     "recovered_records",
     "repair_trainer_log",

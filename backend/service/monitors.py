@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from backend.charts import MemorySeries
-from backend.runs import LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunState, RunStore, artifacts, safe_files
-from backend.runs.logs import TRAINER_LOG, AttemptMark, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_curve_records, parse_trainer_print
+from backend.runs import LOG_FILE, SAMPLES_FILE, RunState, RunStore, artifacts, safe_files
+from backend.runs.logs import AttemptMark, Entry, JsonlTail, MetricPoint, MetricSeries, TextTail, parse_trainer_print
+from backend.runs.trainer_log import LiveTrainerLog
 from backend.snapshot import RunSnapshot
 from backend.telemetry.base import Reading
 
@@ -45,7 +46,7 @@ class RunMonitor:
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
-        self.metrics_tail = JsonlTail(run_dir / OUTPUT_DIR / TRAINER_LOG, run_dir=run_dir)
+        self.trainer_log = LiveTrainerLog(run_dir, sample_above=CATCH_UP_SAMPLE_BYTES, tail_bytes=CATCH_UP_TAIL_BYTES)
         self.samples_tail = JsonlTail(run_dir / SAMPLES_FILE, run_dir=run_dir)
         # A Slurm run's nodes each sample themselves into nodes/<rank>/samples.jsonl
         # (backend/slurm/node_task.py); found as they appear, looked for every NODES_LOOK_S.
@@ -68,8 +69,9 @@ class RunMonitor:
             if now - self._last_poll < POLL_INTERVAL_S and not force:
                 return
             self._last_poll = now
-            changed = self._catch_up_by_sampling()
-            changed = self.series.extend(parse_curve_records(self.metrics_tail.poll())) or changed
+            changed = False
+            for batch in self.trainer_log.poll():
+                changed = self.series.extend(batch) or changed
             for line in self.console_tail.poll():
                 printed = parse_trainer_print(line)
                 if printed is not None and "grad_norm" in printed:
@@ -101,29 +103,6 @@ class RunMonitor:
                 if is_number(name, 7) and stat.S_ISDIR(found.st_mode) and name not in self.node_tails:
                     self.node_tails[name] = JsonlTail(self.run_dir / NODES_DIR / name / NODE_SAMPLES_FILE, run_dir=self.run_dir)
         return [self.node_tails[name] for name in sorted(self.node_tails, key=int)]
-
-    def _catch_up_by_sampling(self) -> bool:
-        """On the first poll of a very long trainer log: its curve up to near the end from
-        evenly spaced windows (bounded reads), then line by line from there."""
-        tail = self.metrics_tail
-        if tail.offset or tail._identity is not None:
-            return False
-        size = tail.size()
-        if size is None or size <= CATCH_UP_SAMPLE_BYTES:
-            return False
-        from backend.runs.history import CURVE_WINDOW_BYTES, CURVE_WINDOWS
-        from backend.runs.logs import parse_records, sampled_lines
-
-        boundary = size - CATCH_UP_TAIL_BYTES
-        changed = False
-        try:
-            with safe_files.opened(self.run_dir, tail.relative) as handle:
-                for lines in sampled_lines(handle, 0, boundary, CURVE_WINDOWS, CURVE_WINDOW_BYTES):
-                    changed = self.series.extend(parse_curve_records(parse_records(lines).records)) or changed
-        except OSError:
-            return False
-        tail.skip_to_line_after(boundary)
-        return changed
 
     def alert(self) -> str | None:
         """NaN/inf loss or exploding gradients in the newest points, else None."""
@@ -179,7 +158,7 @@ class RunMonitor:
                 list(self.series.points),
                 list(self.memory.values()),
                 self.memory_label,
-                self.metrics_tail.garbage_lines,
+                self.trainer_log.garbage_lines,
                 self.counter,
                 self.series.chart(),
                 tuple(self.series.attempts),
