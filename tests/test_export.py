@@ -472,6 +472,28 @@ def test_a_failed_step_is_named_in_the_readers_words():
     assert "no end" not in timeout.text("zh-CN")[0] and "60 秒后仍未结束" in timeout.text("zh-CN")[0]
 
 
+def test_a_folder_that_cannot_be_looked_at_is_refused_in_the_readers_words(tmp_path, monkeypatch):
+    """What the OS said (EACCES) is a message id, not its English text inside a Chinese sentence."""
+    import errno
+
+    from backend.export import target as target_module
+
+    folder = tmp_path / "exports" / "model"
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if os.fspath(path) == str(folder):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(target_module.os, "lstat", lstat)
+    found, findings = target_module.check_target(str(folder), None, overwrite=False)
+    assert found is None and [f.rule for f in findings] == ["export-dir-unusable"], findings
+    assert findings[0].problem.endswith("cannot be used: Permission denied."), findings[0].problem
+    problem = findings[0].text("zh-CN")[0]
+    assert "Permission" not in problem and "权限不足" in problem, problem
+
+
 def test_too_little_memory_for_a_cpu_merge_is_refused_with_both_figures(trained_demo_run, tmp_path):
     """The available memory is the machine's (psutil) in the app; here a small one is handed in."""
     store, run_id = run_copy(trained_demo_run, tmp_path)

@@ -40,6 +40,7 @@ from backend.export import gguf_convert as gguf_tools
 from backend.export.size import GIB, MIB, ModelSize, available_ram, plan_sizes, read_model_size, size_text
 from backend.export.target import check_target, existing_parent, foreign_or_none
 from backend.findings import Finding
+from backend.i18n.errors import os_error
 from backend.runs import RunNotFound, RunStore, artifacts
 
 SHARD_GB_RANGE = (1, 100)
@@ -164,7 +165,7 @@ def plan_export(
     try:
         size = read_model_size(base_dir)
     except OSError as error:
-        return None, [Finding.of("model_name_or_path", "export-base-missing", model=f"{base_name[:200]!r} ({error.strerror or error})")]
+        return None, [Finding.of("model_name_or_path", "export-base-missing", message="export-base-unreadable", model=repr(base_name[:200]), error=os_error(error))]
     merged, gguf_bytes = plan_sizes(size, request.gguf)
     needed_disk = merged + size.other_bytes + gguf_bytes + SMALL_FILES_SLACK
     where = existing_parent(target)

@@ -14,6 +14,7 @@ from pathlib import Path
 from backend.config.paths import path_problem
 from backend.export.size import MIB
 from backend.findings import Finding
+from backend.i18n.errors import os_error
 
 DEFAULT_EXPORT_FOLDER = "rocboard-exports"
 MANIFEST_NAME = ".rocboard-export.json"  # in an export's folder: the files it wrote (name -> bytes)
@@ -241,14 +242,14 @@ def check_target(
     except FileNotFoundError:
         return real, []
     except OSError as error:
-        return None, [Finding.of("export_dir", "export-dir-unusable", path=repr(raw), problem=error.strerror or str(error))]
+        return None, [Finding.of("export_dir", "export-dir-unusable", path=repr(raw), problem=os_error(error))]
     if not stat.S_ISDIR(info.st_mode):
         return None, [Finding.of("export_dir", "export-dir-not-dir", path=repr(raw))]
     try:
         foreign = foreign_entries(real)
         empty = not foreign and not any(True for _ in os.scandir(real))
     except OSError as error:
-        return None, [Finding.of("export_dir", "export-dir-unusable", path=repr(raw), problem=error.strerror or str(error))]
+        return None, [Finding.of("export_dir", "export-dir-unusable", path=repr(raw), problem=os_error(error))]
     if empty:
         return real, []
     refusal = replace_finding(raw, real, foreign, overwrite, confirm)
