@@ -118,7 +118,7 @@ def read_model_size(base_dir: Path) -> ModelSize:
         for key, value in dtypes.items():
             by_dtype[key] = by_dtype.get(key, 0) + value
     floats = {FLOAT_DTYPES[k]: v for k, v in by_dtype.items() if k in FLOAT_DTYPES}
-    dtype = _config_dtype(base_dir) or (max(floats, key=floats.get) if floats else "float32")
+    dtype = _config_dtype(base_dir) or (max(floats, key=lambda name: floats[name]) if floats else "float32")
     if not from_headers:
         params = weight_bytes // DTYPE_BYTES[dtype]
     return ModelSize(params, dtype, weight_bytes, other_bytes, from_headers)

@@ -10,6 +10,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from backend.config.paths import path_problem
 from backend.export.size import MIB
@@ -118,7 +119,8 @@ def protected_finding(raw: str, real: Path, keep_out: Sequence[Path] = ()) -> Fi
     app = [("export-dir-app", "app", app_folder())]
     for rule, name, folder in kept + env + app:
         if _inside(real, folder):
-            return Finding.of("export_dir", rule, path=repr(raw), **{name: str(folder)})
+            named: dict[str, Any] = {name: str(folder)}
+            return Finding.of("export_dir", rule, path=repr(raw), **named)
     home = Path(os.path.realpath(Path.home()))
     if real != home and real.is_relative_to(home):
         first = real.relative_to(home).parts[0]
@@ -126,7 +128,8 @@ def protected_finding(raw: str, real: Path, keep_out: Sequence[Path] = ()) -> Fi
             return Finding.of("export_dir", "export-dir-hidden", path=repr(raw), hidden=str(home / first))
     for rule, name, folder in app + env + kept:
         if _inside(folder, real):
-            return Finding.of("export_dir", rule, path=repr(raw), **{name: str(folder)})
+            named = {name: str(folder)}
+            return Finding.of("export_dir", rule, path=repr(raw), **named)
     return None
 
 

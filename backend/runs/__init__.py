@@ -262,7 +262,7 @@ class RunStore:
         run_id = run_id or self.new_run_id(name)
         if (self.root / run_id).exists():
             raise FileExistsError(f"run {run_id} already exists")
-        state = RunState(
+        run = RunState(
             id=run_id,
             name=name or run_id,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -279,13 +279,13 @@ class RunStore:
         try:
             # Plain writes: nobody reads the hidden staging dir, and the run appears whole
             # (files and state together) with the one rename below.
-            for filename, text in {**files, STATE_FILE: json.dumps(state.to_json(), indent=2)}.items():
+            for filename, text in {**files, STATE_FILE: json.dumps(run.to_json(), indent=2)}.items():
                 (staging / filename).write_text(text, encoding="utf-8")
             os.rename(staging, self.root / run_id)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return state
+        return run
 
     def read(self, run_id: str) -> RunState:
         run_dir = self.run_dir(run_id)
