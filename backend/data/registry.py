@@ -88,8 +88,8 @@ class DatasetRegistry:
         except ValueError as error:
             raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=file_error(error))]) from None
         except RecursionError:  # nested a thousand levels deep: RocBoard never writes that
-            error = Message("data.registry.too_deep", file=DATASET_INFO)
-            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=error)]) from None
+            too_deep = Message("data.registry.too_deep", file=DATASET_INFO)
+            raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=too_deep)]) from None
         if not isinstance(info, dict):
             raise _Refused([Finding.of("dataset_name", "data-registry-broken", file=str(self.folder / DATASET_INFO), error=Message("file-error.not-json-object"))])
         return info
@@ -243,7 +243,7 @@ class DatasetRegistry:
             wanted_digest = candidate_digest()
             if wanted_digest is None:
                 return None
-            meta = entry.get("rocboard") if isinstance(entry.get("rocboard"), dict) else {}
+            meta = ours if isinstance(ours := entry.get("rocboard"), dict) else {}
             stored = meta.get("sha256") if meta.get("bytes") == entry_size else None
             if stored is None:
                 try:
