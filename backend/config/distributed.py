@@ -335,7 +335,9 @@ def check_plan(plan: DistributedPlan) -> list[Finding]:
     if len(plan.gpus) > highest_gpu + 1:
         add(too_many_finding("gpus", field_noun("dist_gpus"), len(plan.gpus), highest_gpu + 1))
     elif plan.gpus and max(plan.gpus) > highest_gpu:
-        add(replace(range_finding("dist_gpus", max(plan.gpus), field_noun("dist_gpu_index"), key="gpus"), patch={}))  # type: ignore[arg-type]
+        beyond = range_finding("dist_gpus", max(plan.gpus), field_noun("dist_gpu_index"), key="gpus")
+        if beyond is not None:  # always: the index is past the highest
+            add(replace(beyond, patch={}))
     if not plan.master_addr.strip():
         add(Finding.of("master_addr", "no-master-addr"))
     elif plan.multi_node and plan.master_addr.strip() in _LOOPBACK_HOSTS:

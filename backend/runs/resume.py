@@ -48,11 +48,8 @@ from typing import Any
 
 import yaml
 
-from backend.runs import safe_files
 from backend.findings import Finding
 from backend.i18n import DEFAULT_LOCALE, Message, render_message
-from backend.runs.logs import AttemptStart
-from backend.runs.trainer_log import append_records, log_path, mark_attempt, read_log_tail
 from backend.runs import (
     CONFIG_FILE,
     LOG_FILE,
@@ -62,7 +59,10 @@ from backend.runs import (
     RunNotFound,
     RunState,
     RunStore,
+    safe_files,
 )
+from backend.runs.logs import AttemptStart
+from backend.runs.trainer_log import append_records, log_path, mark_attempt, read_log_tail
 
 CHECKPOINT_DIR_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, written last

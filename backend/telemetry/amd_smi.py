@@ -91,7 +91,7 @@ def parse_amd_smi_metric(text: str, at: float | None = None) -> list[Reading]:
         if not any(k in entry for k in ("mem_usage", "usage", "power", "temperature")):
             continue  # not a metric answer (e.g. `amd-smi list`)
         seen.add(entry["gpu"])
-        memory = entry.get("mem_usage") if isinstance(entry.get("mem_usage"), dict) else {}
+        memory = usage if isinstance(usage := entry.get("mem_usage"), dict) else {}
         readings.append(
             Reading(
                 gpu=entry["gpu"],
