@@ -132,7 +132,7 @@ def app_dir_owner_alive(name: str) -> bool:
 def remove_stale_app_dirs(base: Path) -> list[Path]:
     """Removes the app folders under `base` whose process is gone (only folders this user
     owns; a link is never followed)."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(base.glob(APP_DIR_PREFIX + "*"))
     except OSError:
@@ -266,7 +266,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     active = board.reattach()
     if active is not None:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)
-    for state in board.run_manager.live_runs():
+    for state in board.live_runs():
         if not state.local:
             print(f"Re-attached to run {state.id} (Slurm job {state.job_id}, {state.state}).", file=sys.stderr)
     board.keep_queue()  # the next queued run starts when the one training here ends
@@ -292,7 +292,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())  # stop like Ctrl-C: the folders get removed
 
-    print(f"RocBoard: http://{args.host}:{args.port}  (runs in {board.store.root})", file=sys.stderr, flush=True)
+    print(f"RocBoard: http://{args.host}:{args.port}  (runs in {board.runs_dir})", file=sys.stderr, flush=True)
     page.launch(
         server_name=args.host,
         server_port=args.port,

@@ -1,4 +1,5 @@
-"""Run artifacts for download: the adapter archive. Serves nothing outside the run.
+"""Run artifacts for download: the adapter archive, and the copy of it the page serves
+(adapter_download). Serves nothing outside the run.
 
 The archive holds the adapter, its config, the tokenizer files LLaMA-Factory saved beside
 it, and the run's config.yaml: what a user needs to load the adapter elsewhere. Only
@@ -21,8 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.runs import safe_files
-from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR
+from backend.runs import ADAPTER_ZIP, CONFIG_FILE, OUTPUT_DIR, safe_files
 
 if TYPE_CHECKING:
     from backend.runs import RunState, RunStore
@@ -94,7 +94,7 @@ def adapter_checkpoints(run_dir: Path) -> list[str]:
     return [name for _, name in sorted(steps, reverse=True)[:MAX_CHECKPOINTS]]
 
 
-def runs_with_adapters(store: "RunStore", limit: int = 500) -> list["RunState"]:
+def runs_with_adapters(store: RunStore, limit: int = 500) -> list[RunState]:
     """Training runs that are not running and hold an adapter (the final one or a
     checkpoint's), newest first: what the Chat, Evaluate and Export tabs offer."""
     from backend.runs import RunNotFound
@@ -156,4 +156,34 @@ def build_adapter_zip(run_dir: Path) -> Path:
                 info = _zip_info(name, os.fstat(source.fileno()))
                 with archive.open(info, "w") as member:
                     shutil.copyfileobj(source, member, 1024 * 1024)
+    return target
+
+
+def adapter_download(run_dir: Path, export_dir: Path, run_id: str) -> Path:
+    """A servable copy of the run's adapter.zip, in `export_dir` (the app's temp export dir).
+
+    The archive itself is built when the run ends (backend/service/decisions.py); here it
+    is only rebuilt when the adapter is newer (a run that ended before this app started).
+    A copy, not a hard link: a rename between two names of one file does nothing, so a
+    linked temp name would stay behind and break the next view. The copy is made under
+    an unpredictable temp name and renamed over the last one; when the last copy is
+    already of this archive (same size and mtime), it is served again as it is."""
+    build_adapter_zip(run_dir)
+    target_dir = export_dir / run_id
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / f"{run_id}-adapter.zip"
+    with safe_files.opened(run_dir, ADAPTER_ZIP) as source:
+        found = os.fstat(source.fileno())
+        try:
+            copied = os.lstat(target)
+            if stat.S_ISREG(copied.st_mode) and (copied.st_size, copied.st_mtime_ns) == (found.st_size, found.st_mtime_ns):
+                return target
+        except OSError:
+            pass
+        with safe_files.atomic_writer(target_dir, target.name) as out:
+            shutil.copyfileobj(source, out, 1024 * 1024)
+            out.flush()
+            # The archive's mtime on the copy (set before the rename) tells the next view
+            # that this copy is of the same archive.
+            os.utime(out.fileno(), ns=(found.st_atime_ns, found.st_mtime_ns))
     return target

@@ -18,7 +18,7 @@ from typing import Any
 from backend.runs import RunNotFound
 from backend.service.monitors import Monitors
 from backend.service.run_manager import RunManager
-from backend.service.run_view import charts_of, progress_of
+from backend.service.run_view import charts_of, panel_version, progress_of
 
 # A run id as RunStore makes them; anything else is not looked up at all.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -55,12 +55,6 @@ class LiveAnswer:
         return answer
 
 
-def panel_version(run_version: tuple, locale: str, queue_position: int | None) -> tuple:
-    """The run panel's version: the run's (backend/service/monitors.py), the page's language,
-    and a queued run's place in the queue (it moves while the run itself does not change)."""
-    return (run_version, locale, queue_position)
-
-
 def live_answer(monitors: Monitors, run_manager: RunManager, run_id: str, locale: str, drawn: str) -> LiveAnswer:
     """What the page needs of `run_id`, given the version it drew the charts of (`drawn`).
     Reads the run's new bytes only; builds the charts only when the version moved. A queued
@@ -79,4 +73,4 @@ def live_answer(monitors: Monitors, run_manager: RunManager, run_id: str, locale
     return LiveAnswer(version_key(panel_version(snapshot.version, locale, position)), state.alive, charts_of(snapshot, locale), progress=progress_of(snapshot, locale))
 
 
-__all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "panel_version", "version_key"]
+__all__ = ["LiveAnswer", "RUN_ID", "digest", "live_answer", "version_key"]

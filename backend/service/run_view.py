@@ -3,18 +3,29 @@ member by member (the page maps each member to its component by name; see ui/tra
 The charts are not members: the page fetches them apart (`charts_of`, ui/live.py).
 
 Built from a snapshot in the page's locale; every word comes from backend/view.py and every
-figure from backend/charts.py, so the page decides nothing.
+figure from backend/charts.py, so the page decides nothing. `panel_view` gathers what the
+panel shows of a run (its snapshot, why it failed, whether it can resume, its adapter's
+download, its config.yaml): RocBoard.run_view is that, for the page.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend import view
 from backend.charts import loss_figure, memory_figure
 from backend.i18n import translate
+from backend.runs import CONFIG_FILE, RunNotFound, artifacts, safe_files
+from backend.runs.resume import Refusal, resume_plan
+from backend.service.failure import failure_cause
 from backend.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from backend.service.run_manager import RunManager
+
+RUN_CONFIG_SHOWN_BYTES = 256 * 1024  # a run's config.yaml is a few kB; a bigger one is not shown
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,49 @@ def run_view(
         resumable=resumable,
         config_yaml=config_yaml,
     )
+
+
+def panel_version(run_version: tuple, locale: str, queue_position: int | None) -> tuple:
+    """The run panel's version: the run's (backend/service/monitors.py), the page's language,
+    and a queued run's place in the queue (it moves while the run itself does not change)."""
+    return (run_version, locale, queue_position)
+
+
+def panel_view(run_manager: RunManager, export_dir: Path, run_id: str | None, locale: str = "en", shown: tuple | None = None) -> RunView:
+    """What the run panel shows of `run_id`; `unchanged` when it is the `shown` version. The
+    adapter's download is a copy in `export_dir` (artifacts.adapter_download)."""
+    if run_id is None:
+        return idle_view(locale)
+    store = run_manager.store
+    try:
+        snapshot = run_manager.monitors.snapshot(run_manager.refresh(run_id))
+    except RunNotFound:
+        return gone_view(run_id, locale)
+    position = run_manager.queue.position(run_id) if snapshot.run.state == "queued" else None
+    version = panel_version(snapshot.version, locale, position)
+    if version == shown:
+        return unchanged_view(snapshot, version)
+    cause = fix = ""
+    if snapshot.run.state == "failed":
+        cause, fix = failure_cause(store, store.read(run_id), locale)
+    problem = run_manager.slurm.problem() if not snapshot.run.local else None
+    where = view.where_markdown(snapshot.run, locale, position, problem.detail if problem else "")
+    resumable = False
+    if snapshot.run.state in ("stopped", "failed"):
+        resumable = not isinstance(resume_plan(store, run_id, snapshot.run), Refusal)
+    download = None
+    if snapshot.has_adapter and not snapshot.run.active:
+        try:
+            download = artifacts.adapter_download(store.run_dir(run_id), export_dir, run_id)
+        except (OSError, RunNotFound):  # the adapter changed under us: the next view has it
+            download = None
+    config_yaml = None  # a tick of a run already shown: its config.yaml is on the page
+    if shown is None:
+        try:
+            config_yaml = safe_files.read_text(store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
+        except (OSError, UnicodeDecodeError, ValueError):
+            config_yaml = ""
+    return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where)
 
 
 def charts_of(snapshot: RunSnapshot, locale: str = "en") -> dict[str, dict]:
