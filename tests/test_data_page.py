@@ -146,9 +146,9 @@ def test_a_file_of_a_thousand_columns_previews_a_bounded_table(board: RocBoard, 
 def test_a_json_list_is_read_element_by_element(board: RocBoard, tmp_path: Path, monkeypatch) -> None:
     """A .json list is never read whole: with chunks of 64 characters, a list of 300 rows is
     still read right, and a broken element is named by its line."""
-    from backend.data import dataset_file
+    from backend.data import readers
 
-    monkeypatch.setattr(dataset_file, "JSON_CHUNK_CHARS", 64)
+    monkeypatch.setattr(readers, "JSON_CHUNK_CHARS", 64)
     rows = [{"instruction": f"Say {n}.", "input": "", "output": f"{n} " * (n % 7 + 1)} for n in range(300)]
     good = tmp_path / "list.json"
     good.write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -327,7 +327,8 @@ def _dataset_entry(ctx: _Context, directory: Path, info: dict[str, Any], name: s
     if found is None:
         return []
     message, params = found
-    return [Finding.of("dataset", "dataset-columns-missing", message=message, name=_quoted(name), file=str(directory / DATASET_INFO), path=str(path), **dict(params))]
+    values: dict[str, Any] = dict(params)
+    return [Finding.of("dataset", "dataset-columns-missing", message=message, name=_quoted(name), file=str(directory / DATASET_INFO), path=str(path), **values)]
 
 
 # --- the stage against its datasets ----------------------------------------------------------
@@ -364,7 +365,8 @@ def rule_stage_dataset(ctx: _Context) -> list[Finding]:
 
 def _stage_entry(stage: str, name: str, entry: dict[str, Any], file: str) -> list[Finding]:
     ranking = entry.get("ranking") is True
-    columns = entry.get("columns") if isinstance(entry.get("columns"), dict) else {}
+    declared = entry.get("columns")
+    columns: dict[str, Any] = declared if isinstance(declared, dict) else {}
     if stage in STAGES_READING_PAIRS and not ranking:
         return [Finding.of("dataset", "stage-needs-ranking", stage=stage, name=_quoted(name), file=file)]
     if stage not in STAGES_READING_PAIRS and ranking:
@@ -452,7 +454,7 @@ def _dataset_rows(ctx: _Context) -> int | None:
             rows = entry_check.row_count(path)
             if rows is None:
                 return None
-            for cap in (entry.get("num_samples"), data.max_samples):
+            for cap in (entry.get("num_samples") if isinstance(entry, dict) else None, data.max_samples):
                 if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
                     rows = min(rows, cap)
             total += rows

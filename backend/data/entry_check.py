@@ -230,16 +230,16 @@ def _columns_problem(path: str, mtime_ns: int, size: int, entry_json: str) -> tu
             wanted.update(chosen=source.get("chosen"), rejected=source.get("rejected"))
     else:
         return None
-    wanted = {attr: name for attr, name in wanted.items() if isinstance(name, str) and name}
-    missing = {attr: name for attr, name in wanted.items() if name not in have}
+    named: dict[str, str] = {attr: name for attr, name in wanted.items() if isinstance(name, str) and name}
+    missing = {attr: name for attr, name in named.items() if name not in have}
     if formatting == "alpaca" and missing:
         talks = [key for key in have if any(_looks_like_conversation(row.get(key)) for row in rows)]
         if talks:
             return "dataset-looks-sharegpt", _sharegpt_params(rows, talks[0], missing, have)
     if missing:
-        return _missing_columns(formatting, wanted, missing, have)
+        return _missing_columns(formatting, named, missing, have)
     if formatting in ("sharegpt", "openai"):
-        return _missing_tags(entry, rows, wanted["messages"])
+        return _missing_tags(entry, rows, named["messages"])
     return None
 
 
@@ -276,7 +276,8 @@ def _missing_columns(formatting: str, wanted: dict[str, str], missing: dict[str,
 
 
 def _missing_tags(entry: dict[str, Any], rows: list[dict[str, Any]], messages: str) -> tuple[str, tuple[tuple[str, str], ...]] | None:
-    tags = entry.get("tags") if isinstance(entry.get("tags"), dict) else {}
+    given = entry.get("tags")
+    tags: dict[str, Any] = given if isinstance(given, dict) else {}
     turns = [turn for row in rows if isinstance(row.get(messages), list) for turn in row[messages] if isinstance(turn, dict)]
     if not turns:
         return None

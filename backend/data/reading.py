@@ -104,10 +104,15 @@ def _import_readers(shown_name: str, path: Path) -> None:
     already): importing pandas in each child would cost its time and its memory cap (numpy's
     BLAS reserves its buffers on import)."""
     extension = (os.path.splitext(shown_name)[1] or path.suffix).lower()
+    # Imported for their side effect (loaded once, before the fork's cap): a linter's "unused
+    # import" fix must not take them out, or each capped child imports them and runs out.
     if extension == ".csv":
-        pass
+        import pandas  # noqa: F401
     elif extension == ".parquet":
-        pass
+        import numpy  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
 
 
 def _child(write_end: int, parent: int, path: Path, shown_name: str, mapping: ColumnMapping | None, max_bytes: int) -> None:
