@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 7860
 RUNS_DIR ?= runs
 
-.PHONY: run test lint bench setup setup-test demo clean gguf
+.PHONY: run test test-fast lint bench setup setup-test demo clean gguf
 
 # A Python that already has torch (a ROCm build, the rocm/pytorch image) is reused through
 # --system-site-packages, so its torch is kept rather than replaced by a CUDA build.
@@ -67,8 +67,16 @@ run: setup demo
 	$(PY) app.py --host $(HOST) --port $(PORT) --runs-dir $(RUNS_DIR)
 
 # -rs: every skipped test's reason is printed at the end (a test that cannot run here says why).
+# The pytest cache (.pytest_cache: --lf, --ff) is kept outside CI; CI (CI set, as .ci/run does) runs without it.
+PYTEST := $(PY) -m pytest -q -rfEs $(if $(CI),-p no:cacheprovider)
 test: setup-test demo
-	$(PY) -m pytest -q -rfEs tests
+	$(PYTEST) tests
+
+# The fast loop: every test that starts no trainer, browser, Slurm, app server or LLaMA-Factory
+# helper (those are marked slow or browser by the fixtures they use: tests/tiers.py), and it
+# refuses to start one. `make test-fast ARGS="--lf"` reruns what failed last time.
+test-fast: setup-test demo
+	$(PYTEST) -m "not slow and not browser" $(ARGS) tests
 
 # ruff (lint and import order) and mypy, configured in pyproject.toml, both at zero findings;
 # .ci/run runs this before the tests. Only the test tools are needed (no demo, no converter).

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 
+import psutil
 import pytest
 
+from tests import tiers
 from tests.harness import CHROMIUM, AppServer, chromium_available, chromium_browser
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,8 +27,65 @@ def demo_assets():
     return build_demo()
 
 
+# --- tiers: a test's `slow` / `browser` marks follow from the fixtures it uses (tests/tiers.py) -----
+
+
 @pytest.fixture(scope="session")
-def trained_demo_run(demo_assets, tmp_path_factory):
+def starts_app_server():
+    """Tag: `python app.py` serving. Asked for by a fixture or test that starts one: marks it slow."""
+
+
+@pytest.fixture(scope="session")
+def starts_trainer():
+    """Tag: the real llamafactory-cli (a training run, an export, a real launch): marks it slow."""
+
+
+@pytest.fixture(scope="session")
+def starts_lf_helper():
+    """Tag: a process that imports LLaMA-Factory (check worker, warm helper, lengths/keys
+    worker, chat server): marks it slow."""
+
+
+@pytest.fixture(scope="session")
+def starts_slurm():
+    """Tag: a Slurm cluster's daemons: marks it slow."""
+
+
+@pytest.fixture(scope="session")
+def starts_memory_probe():
+    """Tag: a fresh web process driven to a reader's memory cap and measured from outside: marks it slow."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        have = {mark.name for mark in item.iter_markers()}
+        for mark in sorted(tiers.tier_marks(item.fixturenames) - have):
+            item.add_marker(mark)
+
+
+def pytest_collection_finish(session) -> None:
+    """A session whose selected tests hold no slow or browser one (`make test-fast`, or a few
+    fast modules) refuses to start what only those may start."""
+    if session.items and not any(item.get_closest_marker(mark) for item in session.items for mark in tiers.TIER_MARKS):
+        guard = tiers.refusing_expensive_processes("no test of this session is marked slow or browser")
+        guard.__enter__()
+        session.config.add_cleanup(lambda: guard.__exit__(None, None, None))
+
+
+@pytest.fixture(autouse=True)
+def fast_tier_guard():
+    """In a fast session, a test whose code started an expensive process fails, naming it,
+    even where the code under test caught the refusal."""
+    tiers.refused.clear()
+    yield
+    if tiers.refused:
+        refused, tiers.refused[:] = list(tiers.refused), []
+        pytest.fail("\n".join(refused), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def trained_demo_run(demo_assets, tmp_path_factory, starts_trainer):
     """(runs dir, run id) of one finished CPU-demo run, trained once per session with the real
     llamafactory-cli. Read it, or `copy_run` it into a test's own runs dir to change it."""
     from tests.harness import train_demo_run
@@ -58,6 +117,23 @@ def chromium():
 
 
 @pytest.fixture
+def new_tab(chromium):
+    """Opens tabs, each in a context of its own (cookies, the browser's language; light theme,
+    1400x1000), and closes them after the test: `new_tab("zh-CN")` is a blank page. A browser
+    module's `page_in` builds on it with what it waits for on its own page."""
+    contexts = []
+
+    def opener(locale: str = "en-US", **options):
+        context = chromium.new_context(**{"locale": locale, "color_scheme": "light", "viewport": {"width": 1400, "height": 1000}, **options})
+        contexts.append(context)
+        return context.new_page()
+
+    yield opener
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
 def page_of(chromium, app_server):
     """Opens tabs on the module's app (its `app_server`, which a module may override) and
     closes them after the test: `page_of(locale="en-US", editable=True)`."""
@@ -76,14 +152,14 @@ def page_of(chromium, app_server):
 
 
 @pytest.fixture(scope="module")
-def app_server(demo_assets, tmp_path_factory):
+def app_server(demo_assets, tmp_path_factory, starts_app_server):
     """One app per test module, on a free loopback port with its own runs dir."""
     with AppServer(workdir=tmp_path_factory.mktemp("app")) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
+def slurm_cluster(tmp_path_factory, starts_slurm):
     """A real Slurm cluster of two nodes on this machine (tests/slurm_cluster.py), with
     accounting when slurmdbd and MariaDB are installed; SLURM_CONF points at it for the whole
     session (the app's Slurm commands and the servers tests start read it)."""

@@ -18,6 +18,7 @@ from backend.check_cli import EXIT_CLEAN, EXIT_PROBLEMS, EXIT_USAGE, main
 from backend.config.yaml_import import dump_yaml
 from tests.test_checks import make_dataset_dir, make_model_dir
 from tests.test_yaml_import import FIXTURES, base_args
+from tests.tiers import starts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +102,7 @@ def test_usage_errors_exit_two(tmp_path: Path, argv: list[str], message: str) ->
     assert message in text
 
 
+@starts("lf_helper")
 def test_module_entry_point_with_llamafactorys_parser(assets: dict[str, Path]) -> None:
     # Only LLaMA-Factory's parser knows every choice: a scheduler typo is its finding.
     path = assets["root"] / "scheduler.yaml"

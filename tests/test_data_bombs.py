@@ -223,7 +223,7 @@ BOMBS = [
 
 
 @pytest.mark.parametrize("bomb", BOMBS, ids=[bomb.id for bomb in BOMBS])
-def test_a_decoding_bomb_stays_within_the_memory_budget(bomb: Bomb, tmp_path: Path) -> None:
+def test_a_decoding_bomb_stays_within_the_memory_budget(bomb: Bomb, tmp_path: Path, starts_memory_probe) -> None:
     source = bomb.build(tmp_path / bomb.file_name)
     answer = measure(tmp_path, bomb.kind, source)
     assert "error" not in answer, answer

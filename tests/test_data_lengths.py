@@ -22,6 +22,7 @@ import pytest
 from backend.data import lengths as lengths_module
 from backend.data.lengths import LengthReport, length_histogram, measure_lengths, smallest_cutoff
 from backend.llama_factory import helper_client
+from tests.tiers import starts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -96,7 +97,7 @@ REFERENCE = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def reference(demo_assets, chat_data) -> dict[str, list[int]]:
+def reference(demo_assets, chat_data, starts_lf_helper) -> dict[str, list[int]]:
     """The lengths LLaMA-Factory's supervised encoding gives, computed independently."""
     done = subprocess.run(
         [sys.executable, "-c", REFERENCE, str(MODEL), str(DATA / "demo.json"), str(chat_data / "chat.jsonl"), str(DATA / "demo_pt.json")],
@@ -117,7 +118,7 @@ def no_helper(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def helper(tmp_path_factory, demo_assets):
+def helper(tmp_path_factory, demo_assets, starts_lf_helper):
     from backend.runs.launcher import helper_env
 
     made = helper_client.install_shared(lambda: helper_env(tmp_path_factory.mktemp("lengths-helper-runs")))
@@ -195,6 +196,7 @@ def test_helper_with_max_examples_says_how_many_the_file_has(through_helper, dem
     assert list(report.lengths) == reference["demo"][:20]
 
 
+@starts("lf_helper")
 def test_one_shot_that_times_out_is_a_finding(no_helper, demo_assets):
     report, findings = measure_lengths(str(MODEL), "llama3", str(DATA), "demo", 64, timeout_s=0.5)
     assert report is None

@@ -16,6 +16,7 @@ import backend.data.readers as inspect_module  # the reading limits the cases pa
 from backend.data.layout import ColumnMapping
 from backend.data.registry import DATASETS_DIRNAME, DatasetRegistry
 from tests.test_data_file import BAD_CASES, Bad, assert_explained, write_case
+from tests.tiers import starts
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 2**20
@@ -304,6 +305,7 @@ print(json.dumps(out))
 """
 
 
+@starts("lf_helper")
 def test_llamafactory_accepts_the_entries(tmp_path: Path) -> None:
     registry = _registry(tmp_path, [tmp_path / "data"])
     (tmp_path / "data").mkdir()

@@ -17,6 +17,7 @@ from backend.data.entry_check import COLUMNS_READ_MAX_BYTES
 from backend.diagnose import diagnose, summarize_failure
 from backend.findings import Finding
 from backend.i18n import translate
+from tests.tiers import starts
 
 PRESETS, _ = load_presets()
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -171,6 +172,7 @@ def test_a_hostile_first_row_does_not_break_the_check(tmp_path: Path) -> None:
     assert [f.rule for f in found] == ["dataset-file-unreadable"]
 
 
+@starts("lf_helper")
 def test_the_demo_dataset_passes_the_preview_with_no_new_finding(tmp_path: Path) -> None:
     from backend.service import RocBoard, demo_form
 

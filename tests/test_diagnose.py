@@ -14,6 +14,7 @@ import pytest
 
 from backend.diagnose import RULES, Alert, diagnose, error_lines, loss_alert, summarize_failure
 from backend.i18n import translate
+from tests.tiers import starts
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
 
@@ -154,6 +155,7 @@ def test_long_evidence_is_shortened() -> None:
 
 
 @pytest.mark.skipif(shutil.which("llamafactory-cli", path=str(Path(sys.executable).parent)) is None, reason="llamafactory-cli not installed")
+@starts("trainer")
 def test_rule_matches_what_the_installed_trainer_prints_today(tmp_path: Path) -> None:
     """The wording must follow LLaMA-Factory upgrades: ask the installed trainer itself.
     An unknown key fails at argument parsing, before any model is needed."""

@@ -53,6 +53,7 @@ from backend.config.presets import load_presets
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunStore
 from backend.runs.logs import TRAINER_LOG, JsonlTail, parse_metric
 from tests.harness import wait_for
+from tests.tiers import starts
 
 LF_LAUNCHER = Path(importlib.util.find_spec("llamafactory").origin).parent / "launcher.py"
 
@@ -265,6 +266,7 @@ def test_llamafactory_launcher_reads_the_variables_we_set():
     assert "--master_addr {master_addr} --master_port {master_port}" in source
 
 
+@starts("trainer")
 def test_node_command_makes_llamafactory_run_the_right_torchrun(tmp_path):
     """Node 1's command, run by bash, through LLaMA-Factory's real launcher; a recording
     `torchrun` stands in for the real one (there are no 8 GPUs here)."""
@@ -357,6 +359,7 @@ def two_worker_steps_per_epoch(log: str) -> int:
     return per_epoch
 
 
+@starts("trainer")
 def test_two_ddp_workers_on_cpu_train_log_and_stop_to_zero_processes(launcher, tmp_path, demo_assets):
     plan = DistributedPlan(on_cpu=True, nproc=2, master_port=free_port(), ddp_timeout_s=300)
     assert check_plan(plan) == []
@@ -396,6 +399,7 @@ def test_two_ddp_workers_on_cpu_train_log_and_stop_to_zero_processes(launcher, t
     assert survivors == []
 
 
+@starts("trainer")
 def test_two_nodes_on_loopback_train_one_model(launcher, tmp_path, demo_assets):
     plan = DistributedPlan(on_cpu=True, nproc=1, nnodes=2, master_addr="127.0.0.1", master_port=free_port(), ddp_timeout_s=300)
     assert rules(check_plan(plan)) == set()

@@ -28,6 +28,7 @@ from backend.doctor import (
 from backend.doctor.probe import MARKER
 from backend.telemetry.base import SourceStatus
 from backend.telemetry.topology import KfdGpu
+from tests.tiers import starts
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024**3
@@ -354,6 +355,7 @@ def test_gather_facts_from_a_fake_sysfs(tmp_path: Path) -> None:
     assert gfx.verdict == "ok" and "gfx1031 runs as gfx1030" in gfx.saw
 
 
+@starts("lf_helper")
 def test_doctor_cli_on_this_machine() -> None:
     """The real thing, as a user runs it: probe subprocess included."""
     done = subprocess.run(

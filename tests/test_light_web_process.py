@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.tiers import starts
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent(
@@ -38,6 +40,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@starts("lf_helper")
 def test_no_heavy_imports_in_the_web_process():
     result = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -31,7 +31,7 @@ REGENERATE = "regenerate: python -m backend.llama_factory.keys_worker --catalogu
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyCatalogue, Path]:
+def fresh(tmp_path_factory: pytest.TempPathFactory, starts_lf_helper) -> tuple[KeyCatalogue, Path]:
     """One helper run for the module: the installed package's catalogue, cached in a new
     directory."""
     cache_dir = tmp_path_factory.mktemp("cache")

@@ -16,6 +16,7 @@ from backend.config.path_keys import ReadPlaces
 from backend.config.yaml_import import import_yaml
 from backend.service import RocBoard, demo_form
 from backend.service.pipeline import LlamaFactoryCheckCache
+from tests.tiers import starts
 
 # Keys LLaMA-Factory 0.9.5's own training examples use that the form has no field for
 # (preference-loss details, tokenized data, QLoRA's double quantization, Ray, vision), written
@@ -172,6 +173,7 @@ def test_deepspeed_on_the_cpu_or_beside_the_plans_zero_is_refused(board, tmp_pat
 
 
 @pytest.mark.timeout(600)
+@starts("lf_helper", "trainer")
 def test_a_yaml_with_keys_the_form_lacks_runs_as_it_is(tmp_path, demo_assets) -> None:
     """A real LLaMA-Factory run of the demo model from a YAML with keys the form lacks: every
     one of them is in the run's config.yaml, and the trainer finishes."""

@@ -26,7 +26,9 @@ import yaml
 from backend.runs import RunNotFound, RunState
 from backend.runs.artifacts import build_adapter_zip, has_adapter
 from backend.security import AuthError, Credentials, bind_refusal, resolve_credentials
+from tests import tiers
 from tests.harness import ROOT, AppServer, free_port, http_get, kill_tree, trainer_process, wait_until
+from tests.tiers import starts
 
 USER = "rocboard-tester"
 PASSWORD = "Pw-9f3c-Zq81-never-printed"
@@ -39,10 +41,12 @@ NOT_SERVED = (403, 404)
 
 
 def run_app(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python app.py ARGS` to its end (it must end by itself: a refusal never listens)."""
+    """`python app.py ARGS` to its end (it must end by itself: a refusal never listens, so the
+    fast tier lets it start)."""
     environment = {k: v for k, v in os.environ.items() if k not in ("ROCBOARD_AUTH", "ROCBOARD_AUTH_FILE")}
     environment.update(GRADIO_ANALYTICS_ENABLED="False", **(env or {}))
-    return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
+    with tiers.let_through("an app.py that must refuse to start"):
+        return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.hostile
@@ -136,7 +140,7 @@ def outside(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def guarded_server(tmp_path_factory, outside, demo_assets):
+def guarded_server(tmp_path_factory, outside, demo_assets, starts_app_server):
     """`--host 0.0.0.0` with the login in a file; GRADIO_SHARE set, which must not matter."""
     workdir = tmp_path_factory.mktemp("guarded")
     auth_file = workdir / "auth"
@@ -462,6 +466,7 @@ def injected_model_dir(root: Path, demo_model: Path) -> tuple[Path, list[Path]]:
 
 @pytest.mark.hostile
 @pytest.mark.timeout(300)
+@starts("lf_helper", "trainer")
 def test_a_model_path_full_of_shell_syntax_is_only_ever_a_path(tmp_path: Path, demo_assets) -> None:
     from backend.service import RocBoard, demo_form
 
@@ -497,6 +502,7 @@ def test_a_model_path_full_of_shell_syntax_is_only_ever_a_path(tmp_path: Path, d
     assert "config.json" in (run_dir / "train.log").read_text(errors="replace"), "the trainer never got to the model"
 
 
+@starts("lf_helper")
 def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_assets) -> None:
     import shlex
 
@@ -521,6 +527,7 @@ def test_the_shell_lines_shown_for_a_run_quote_every_value(tmp_path: Path, demo_
 
 
 @pytest.mark.hostile
+@starts("lf_helper")
 def test_model_code_from_the_model_folder_is_never_trusted(tmp_path: Path, demo_assets) -> None:
     from backend.config.yaml_import import import_yaml
     from backend.service import RocBoard, demo_form

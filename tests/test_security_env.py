@@ -29,6 +29,7 @@ import psutil
 import pytest
 
 from tests.harness import AppServer, http_get, wait_until
+from tests.tiers import starts
 
 USER = "rocboard-env-tester"
 PASSWORD = "Pw-env-7c2e-Kx40-never-inherited"
@@ -100,6 +101,7 @@ def test_forgetting_the_login_takes_both_names_out_of_a_mapping() -> None:
 
 
 @pytest.mark.hostile
+@starts("app_server")
 def test_a_login_from_the_environment_is_gone_from_it_once_read() -> None:
     env = {"ROCBOARD_AUTH": f"{USER}:{PASSWORD}", "ROCBOARD_WARM_START": "0"}
     with WrappedApp("--no-warm-start", host="0.0.0.0", env=env) as server:

@@ -9,6 +9,7 @@ import pytest
 from backend.config import FORM_FIELDS
 from backend.service import RocBoard, demo_form
 from backend.view import field_messages, findings_markdown
+from tests.tiers import starts
 
 BAD_FORMS = [
     ("learning-rate-text", {"learning_rate": "abc"}, "learning_rate"),
@@ -68,6 +69,7 @@ def _start_twice_at_once(board, form, intents):
     return results
 
 
+@starts("lf_helper", "trainer")
 def test_two_simultaneous_starts_of_one_form_launch_exactly_one_run(board):
     """A double-click (two events of one tab, one form: the same intent) is one Start."""
     form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "double"}
@@ -84,6 +86,7 @@ def test_two_simultaneous_starts_of_one_form_launch_exactly_one_run(board):
     assert board.store.list()[0].state == "stopped"
 
 
+@starts("lf_helper", "trainer")
 def test_two_starts_of_two_forms_at_once_train_one_and_queue_the_other(board):
     """Two tabs (two intents): one run trains, the other waits in the queue, none is refused."""
     form = {**demo_form(), "max_steps": 5000, "save_steps": 5000, "run_name": "two-tabs"}

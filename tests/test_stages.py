@@ -24,6 +24,7 @@ from backend.config.presets import demo_form
 from backend.config.yaml_import import import_yaml
 from backend.i18n import CATALOGUE, LOCALES
 from backend.runs.logs import MetricSeries, parse_metric
+from tests.tiers import starts
 
 PREF_KEYS = ("pref_beta", "pref_loss", "pref_ftx")
 
@@ -257,6 +258,7 @@ def board(tmp_path, demo_assets):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("stage", ["pt", "dpo", "kto", "rm"])
+@starts("lf_helper", "trainer")
 def test_each_stage_trains_the_demo_model_to_an_adapter(board, stage: str) -> None:
     from tests.harness import wait_for
 

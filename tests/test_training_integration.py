@@ -16,6 +16,7 @@ import pytest
 from backend.service import RocBoard, demo_form
 from backend.telemetry.sampler import Sampler
 from tests.harness import wait_for
+from tests.tiers import starts
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -32,6 +33,7 @@ def board(tmp_path, demo_assets):
     sampler.stop()
 
 
+@starts("lf_helper", "trainer")
 def test_demo_run_learns_and_its_adapter_loads(board, tmp_path):
     result = board.start(demo_form())
     assert result.started, [f.line() for f in result.findings]
@@ -82,6 +84,7 @@ def test_demo_run_learns_and_its_adapter_loads(board, tmp_path):
     assert out.shape[1] > inputs["input_ids"].shape[1]
 
 
+@starts("lf_helper", "trainer")
 def test_stop_mid_run_leaves_no_process(board):
     form = dict(demo_form(), max_steps=5000, save_steps=5000, run_name="long")
     result = board.start(form)

@@ -26,6 +26,7 @@ from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE, OUTPUT_DIR
 from backend.runs.launcher import helper_env
 from backend.service import RocBoard, demo_form
 from tests.harness import wait_for
+from tests.tiers import starts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def helper(tmp_path_factory):
+def helper(tmp_path_factory, starts_lf_helper):
     made = install_shared(lambda: helper_env(tmp_path_factory.mktemp("helper-runs")))
     assert made.wait_ready(180), made.ready_info
     yield made
@@ -156,6 +157,7 @@ def test_a_killed_helper_leaves_its_trainer_running_and_restarts_on_the_next_req
     assert helper.starts == starts + 1 and helper.state == "ready"
 
 
+@starts("lf_helper")
 def test_the_helper_ends_when_its_stdin_closes_and_leaves_trainers_alone(tmp_path, demo_assets):
     own = helper_client.LlamaFactoryHelper(helper_env(tmp_path), preload_extra=False)
     own.start()
@@ -243,6 +245,7 @@ LIGHT_SCRIPT = textwrap.dedent(
 )
 
 
+@starts("lf_helper", "trainer")
 def test_the_web_process_imports_nothing_heavy_with_the_helper(demo_assets):
     env = {k: v for k, v in os.environ.items() if k != "ROCBOARD_WARM_START"}
     result = subprocess.run([sys.executable, "-c", LIGHT_SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=280, env=env)

@@ -83,7 +83,7 @@ def test_a_run_that_does_not_exist_is_gone(board):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(starts_app_server):
     with AppServer() as running:
         yield running
 

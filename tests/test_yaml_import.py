@@ -278,7 +278,7 @@ def test_export_shell_for_the_cpu_demo_hides_the_gpus() -> None:
 
 
 @pytest.fixture(scope="module")
-def lf(assets: dict[str, Path]) -> dict[str, Any]:
+def lf(assets: dict[str, Path], starts_lf_helper) -> dict[str, Any]:
     """One helper run: the exported configs, the messy file, and the installed names."""
     import subprocess
     import sys
