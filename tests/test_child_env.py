@@ -21,7 +21,8 @@ import shutil
 import stat
 import sys
 import textwrap
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -81,6 +82,25 @@ def sitecustomize_attack(upload_dir: Path, marker: Path) -> str:
 
 def env_of_lines(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines())
+
+
+@contextmanager
+def started_processes() -> Iterator[list[tuple[list[str], dict[str, str] | None]]]:
+    """(argv, env) of every process this one starts inside the block (env None: inherited)."""
+    import subprocess
+
+    started: list[tuple[list[str], dict[str, str] | None]] = []
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def recording(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest, **kwargs):
+        started.append(([os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else [os.fsdecode(args)], None if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}))
+        return execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest, **kwargs)
+
+    subprocess.Popen._execute_child = recording  # type: ignore[attr-defined]
+    try:
+        yield started
+    finally:
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
 
 
 def run_bare_python(env_lines: str) -> None:
@@ -326,12 +346,15 @@ def test_start_with_hostile_rccl_lines_refuses_and_runs_nothing(board, tmp_path:
 
     form = {**demo_form(), **plan_to_form(DistributedPlan(on_cpu=True)), **spread, "dist_master_addr": "127.0.0.1", "dist_rccl_env": lines}
     runs_before = sorted(p.name for p in board.store.root.iterdir())
-    result = board.start(form)
+    with started_processes() as started:
+        result = board.start(form)
     assert not result.started
     refused = {f.problem.split()[0] for f in result.findings if f.rule in ("env-not-settable", "env-names-location", "env-secret")}
     assert refused == expected, [f.line() for f in result.findings]
     assert board.store.list() == [] and sorted(p.name for p in board.store.root.iterdir()) == runs_before
-    time.sleep(1.0)  # a process started despite all would have touched it by now
+    # Whatever the start ran (a check, say) got none of the lines: nothing can touch the marker later.
+    attack_env = env_of_lines(lines).items()
+    assert [argv for argv, env in started if env is not None and attack_env & env.items()] == []
     assert not marker.exists()
     # The same form without the hostile lines would start (nothing else was wrong with it).
     _, findings, _ = board.parse({**form, "dist_rccl_env": "NCCL_DEBUG=INFO\nOMP_NUM_THREADS=1"})
@@ -433,9 +456,11 @@ def test_a_refused_setting_that_reaches_the_launcher_is_left_out_and_logged(laun
     hostile = env_of_lines(browser_attack(marker)) | {"PYTHONPATH": str(tmp_path), "LD_PRELOAD": str(tmp_path / "x.so")}
     sitecustomize_attack(tmp_path, marker)
     run_id = new_run(launcher.store)
-    launcher.start(run_id, {**hostile, "NCCL_DEBUG": "INFO"}, command=[sys.executable, "-c", "import os; print('child', os.environ['NCCL_DEBUG'])"])
+    with started_processes() as started:
+        launcher.start(run_id, {**hostile, "NCCL_DEBUG": "INFO"}, command=[sys.executable, "-c", "import os; print('child', os.environ['NCCL_DEBUG'])"])
     assert wait_for(lambda: launcher.store.read(run_id).state == "finished", timeout=30)
-    time.sleep(1.0)
+    # The child got none of it (so no grandchild of its, a browser say, can touch the marker later).
+    assert started and [argv for argv, env in started if env is not None and hostile.items() & env.items()] == []
     assert not marker.exists()
     log = (launcher.store.run_dir(run_id) / LOG_FILE).read_text()
     assert "child INFO" in log

@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import subprocess
-import time
+import threading
 from itertools import pairwise
 
 import pytest
@@ -19,6 +19,7 @@ from backend.runs import LAUNCH_FILE, RunStore
 from backend.runs.queue import QUEUE_FILE, RunQueue, launch_file, read_launch_env
 from backend.service import RocBoard, demo_form
 from tests.harness import PYTHON, ROOT, AppServer, run_states, wait_until
+from tests.tiers import starts
 
 SHORT = {"max_steps": 30, "save_steps": 1000}
 
@@ -92,7 +93,7 @@ def test_only_a_queued_run_is_cancelled_or_moved(tmp_path):
     assert board.store.read(run_id).state == "finished"
 
 
-def test_a_command_line_that_sees_a_run_end_leaves_the_queue_to_the_app(tmp_path):
+def test_a_command_line_that_sees_a_run_end_leaves_the_queue_to_the_app(tmp_path, monkeypatch):
     """`app.py stop` sees the run it stopped end; a start begun on its thread would die with
     it when it exits a moment later (a run left half-started). Only a process that keeps the
     queue (the app's keeper) starts the next one."""
@@ -100,11 +101,18 @@ def test_a_command_line_that_sees_a_run_end_leaves_the_queue_to_the_app(tmp_path
     ended = board.store.create(name="ended", preset="cpu-demo", model="demo", files={}, state="finished").id
     waiting = queued_run(board.store, "next")
     board.run_manager.queue.join(waiting)
+    handed_over: list[bool] = []
+    advance = board.run_manager.advance_queue
+    monkeypatch.setattr(board.run_manager, "advance_queue", lambda *a, **k: handed_over.append(True) or advance(*a, **k))
+    threads_before = set(threading.enumerate())
     board.run_manager.launcher.on_end(ended)
-    time.sleep(0.5)  # a hand-over thread, if one were started, would have marked it starting by now
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(30)  # a hand-over thread, had one been started, has done its work
+    assert handed_over == []
     assert board.store.read(waiting).state == "queued" and board.run_manager.queue.position(waiting) == 1
 
 
+@starts("lf_helper", "trainer")
 def test_a_double_click_before_the_tabs_load_gave_it_an_intent_is_one_start(tmp_path, demo_assets):
     """Start pressed the moment the page appears, on a busy machine: the tab's load has not yet
     given its form an intent. Its two Starts are still one (the tab's session names them); a

@@ -77,10 +77,36 @@ def test_stop_on_nan_stops_the_run_with_no_page_open(board):
     assert not alive(pid)
 
 
-def test_a_run_without_the_setting_trains_on_until_it_is_switched_on(board):
+class Looks:
+    """Counts the backend watcher's looks at the runs (`RunDecisions.decide`), so a test waits
+    for the looks that would have acted rather than for a time it hopes is long enough."""
+
+    def __init__(self, board: RocBoard, monkeypatch: pytest.MonkeyPatch):
+        self.count = 0
+        self._changed = threading.Condition()
+        decide = board.decisions.decide
+
+        def counted(run_id: str) -> bool:
+            try:
+                return decide(run_id)
+            finally:
+                with self._changed:
+                    self.count += 1
+                    self._changed.notify_all()
+
+        monkeypatch.setattr(board.decisions, "decide", counted)
+
+    def wait_for_more(self, looks: int, timeout: float = 20) -> None:
+        with self._changed:
+            target = self.count + looks
+            assert self._changed.wait_for(lambda: self.count >= target, timeout), f"the watcher looked {self.count - target + looks} of {looks} times in {timeout} s"
+
+
+def test_a_run_without_the_setting_trains_on_until_it_is_switched_on(board, monkeypatch):
+    looks = Looks(board, monkeypatch)
     run_id = launch_stand_in(board, "2.5,nan", stop_on_nan=False)
     wait_until(lambda: board.monitor(run_id).alert() is not None, 20, what="the backend to see the NaN")
-    time.sleep(1.5)  # three looks of the backend's watcher
+    looks.wait_for_more(3)  # each would have stopped it, had the setting been on
     assert state_on_disk(board, run_id)["state"] == "running"
     board.set_stop_on_nan(run_id, True)  # the page's checkbox, ticked while it trains
     wait_until(lambda: state_on_disk(board, run_id)["state"] == "stopped", 20, what="the switched-on setting to stop it")

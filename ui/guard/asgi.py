@@ -114,8 +114,9 @@ class Guard:
         # RocBoard's own routes (ui/live.py), put in front of Gradio's app and behind every
         # check made here: given Gradio's app, returns the app that answers first.
         self.own_routes = own_routes
-        self.backoff = backoff or LoginBackoff()
-        self.uploads = uploads or UploadQuota()
+        # `is None`, not `or`: an empty LoginBackoff is falsy (its __len__), and a given one must be kept.
+        self.backoff = backoff if backoff is not None else LoginBackoff()
+        self.uploads = uploads if uploads is not None else UploadQuota()
         self.log = log or (lambda text: print(text, file=sys.stderr, flush=True))
         self.inner: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None
         self.session_user: Callable[[Scope], str | None] | None = None
