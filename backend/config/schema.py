@@ -427,39 +427,60 @@ RUN_FIELDS: tuple[Field, ...] = (
     # What is trained: pre-training on text, supervised fine-tuning, a reward model, or a preference
     # method (DPO, KTO). The pref_* fields below are written only for dpo / kto.
     Field("stage", "choice", "sft", "stage", path="method.stage", choices=STAGES, llamafactory_choices=STAGES_LLAMAFACTORY_ONLY, widget="radio", section="method"),
-    Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method", predict="kept"),
+    Field("finetuning_type", "choice", "lora", "finetuning_type", path="method.finetuning_type", choices=FINETUNING_TYPES, llamafactory_choices=("oft",), widget="radio", section="method",
+        predict="kept"),
     # beyond 1024 a LoRA is no longer low-rank
-    Field("lora_rank", "int", 8, "lora_rank", codec=plain("lora_rank", only_for_lora=True), path="method.lora_rank", range=NumberRange(1, 1024, 8, rule="lora-rank-range"), widget="integer", section="method", row="lora"),
-    Field("lora_alpha", "int", 16, "lora_alpha", codec=plain("lora_alpha", only_for_lora=True), path="method.lora_alpha", range=NumberRange(1, 100_000, 16, rule="lora-alpha-range"), widget="integer", section="method", row="lora"),
-    Field("lora_dropout", "float", 0.0, "lora_dropout", codec=plain("lora_dropout", only_for_lora=True), path="method.lora_dropout", range=NumberRange(0, 1, 0.0, rule="lora-dropout-range", high_open=True), widget="number", section="method", row="lora"),
+    Field("lora_rank", "int", 8, "lora_rank", codec=plain("lora_rank", only_for_lora=True), path="method.lora_rank", range=NumberRange(1, 1024, 8, rule="lora-rank-range"), widget="integer",
+        section="method", row="lora"),
+    Field("lora_alpha", "int", 16, "lora_alpha", codec=plain("lora_alpha", only_for_lora=True), path="method.lora_alpha", range=NumberRange(1, 100_000, 16, rule="lora-alpha-range"), widget="integer",
+        section="method", row="lora"),
+    Field("lora_dropout", "float", 0.0, "lora_dropout", codec=plain("lora_dropout", only_for_lora=True), path="method.lora_dropout",
+        range=NumberRange(0, 1, 0.0, rule="lora-dropout-range", high_open=True), widget="number", section="method", row="lora"),
     # Emptied, it means "all" (LLaMA-Factory's own default): an empty target trains nothing.
-    Field("lora_target", "text", "all", "lora_target", codec=plain("lora_target", lists_joined=True, only_for_lora=True), path="method.lora_target", max_chars=1024, section="method", blank_is_default=True),
-    Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method", predict="kept"),
+    Field("lora_target", "text", "all", "lora_target", codec=plain("lora_target", lists_joined=True, only_for_lora=True), path="method.lora_target", max_chars=1024, section="method",
+        blank_is_default=True),
+    Field("quantization_bit", "quantization", "none", "quantization_bit", codec=QUANTIZATION, path="method.quantization_bit", choices=("none", "8", "4"), widget="dropdown", section="method",
+        predict="kept"),
     # DPO / KTO: the preference loss's beta (LLaMA-Factory's default 0.1; above 100 the policy cannot
     # move from the reference model), DPO's loss, and the weight of an added SFT loss on the chosen answer.
-    Field("pref_beta", "float", 0.1, "pref_beta", codec=only_for_stages("pref_beta", PREFERENCE_STAGES), path="method.pref_beta", range=NumberRange(0, 100, 0.1, rule="pref-beta-range", low_open=True), widget="number", section="method", row="pref"),
-    Field("pref_loss", "choice", "sigmoid", "pref_loss", codec=only_for_stages("pref_loss", frozenset({"dpo"})), path="method.pref_loss", choices=PREF_LOSSES, widget="dropdown", section="method", row="pref"),
-    Field("pref_ftx", "float", 0.0, "pref_ftx", codec=only_for_stages("pref_ftx", PREFERENCE_STAGES), path="method.pref_ftx", range=NumberRange(0, 1000, 0.0, rule="pref-ftx-range"), widget="number", section="method", row="pref"),
+    Field("pref_beta", "float", 0.1, "pref_beta", codec=only_for_stages("pref_beta", PREFERENCE_STAGES), path="method.pref_beta", range=NumberRange(0, 100, 0.1, rule="pref-beta-range", low_open=True),
+        widget="number", section="method", row="pref"),
+    Field("pref_loss", "choice", "sigmoid", "pref_loss", codec=only_for_stages("pref_loss", frozenset({"dpo"})), path="method.pref_loss", choices=PREF_LOSSES, widget="dropdown", section="method",
+        row="pref"),
+    Field("pref_ftx", "float", 0.0, "pref_ftx", codec=only_for_stages("pref_ftx", PREFERENCE_STAGES), path="method.pref_ftx", range=NumberRange(0, 1000, 0.0, rule="pref-ftx-range"), widget="number",
+        section="method", row="pref"),
     # A textbox, so "5e-5" can be typed. Above 1 no fine-tuning recipe trains: a typo for 1e-4 is likelier.
-    Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate", range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length", column="learning_rate"),
-    Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length", column="length"),  # 0 = train by epochs
-    Field("num_train_epochs", "float", 3.0, "num_train_epochs", path="training.num_train_epochs", range=NumberRange(0, 1000, 3.0, rule="epochs-range"), widget="number", section="training", row="length", element_id="epochs", column="length"),
+    Field("learning_rate", "float", 1e-4, "learning_rate", path="training.learning_rate",
+        range=NumberRange(0, 1, 1e-4, rule="learning-rate-absurd", low_open=True, rule_low="learning-rate-not-positive"), section="training", row="length", column="learning_rate"),
+    Field("max_steps", "int", 0, "max_steps", codec=MAX_STEPS, path="training.max_steps", range=NumberRange(0, _BIG, 0, rule="max-steps-range"), widget="integer", section="training", row="length",
+        column="length"),  # 0 = train by epochs
+    Field("num_train_epochs", "float", 3.0, "num_train_epochs", path="training.num_train_epochs", range=NumberRange(0, 1000, 3.0, rule="epochs-range"), widget="number", section="training",
+        row="length", element_id="epochs", column="length"),
     # per device: no accelerator holds more activations
-    Field("batch_size", "int", 1, "per_device_train_batch_size", path="training.per_device_train_batch_size", range=NumberRange(1, 1024, 1, rule="batch-size-range"), widget="integer", section="training", row="batch"),
-    Field("grad_accum", "int", 8, "gradient_accumulation_steps", path="training.gradient_accumulation_steps", range=NumberRange(1, 100_000, 8, rule="grad-accum-range"), widget="integer", section="training", row="batch"),
+    Field("batch_size", "int", 1, "per_device_train_batch_size", path="training.per_device_train_batch_size", range=NumberRange(1, 1024, 1, rule="batch-size-range"), widget="integer",
+        section="training", row="batch"),
+    Field("grad_accum", "int", 8, "gradient_accumulation_steps", path="training.gradient_accumulation_steps", range=NumberRange(1, 100_000, 8, rule="grad-accum-range"), widget="integer",
+        section="training", row="batch"),
     # 1M tokens: the longest contexts models have
-    Field("cutoff_len", "int", 1024, "cutoff_len", path="data.cutoff_len", range=NumberRange(1, 1_048_576, 1024, rule="cutoff-range"), widget="integer", section="training", row="batch", predict="kept"),
+    Field("cutoff_len", "int", 1024, "cutoff_len", path="data.cutoff_len", range=NumberRange(1, 1_048_576, 1024, rule="cutoff-range"), widget="integer", section="training", row="batch",
+        predict="kept"),
     Field("precision", "choice", "bf16", "bf16", codec=PRECISION, path="precision.precision", choices=PRECISIONS, widget="radio", section="training", row="precision", predict="kept"),
-    Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="precision", predict="kept"),
-    Field("gradient_checkpointing", "flag", True, "disable_gradient_checkpointing", codec=GRADIENT_CHECKPOINTING, path="training.gradient_checkpointing", widget="checkbox", section="training", row="precision"),
-    Field("lr_scheduler_type", "choice", "cosine", "lr_scheduler_type", path="training.lr_scheduler_type", choices=LR_SCHEDULERS, llamafactory_choices=LR_SCHEDULERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="schedule"),
+    Field("flash_attn", "choice", "auto", "flash_attn", path="precision.flash_attn", choices=FLASH_ATTN_CHOICES, llamafactory_choices=FLASH_ATTN_LLAMAFACTORY_ONLY, widget="dropdown",
+        section="training", row="precision", predict="kept"),
+    Field("gradient_checkpointing", "flag", True, "disable_gradient_checkpointing", codec=GRADIENT_CHECKPOINTING, path="training.gradient_checkpointing", widget="checkbox", section="training",
+        row="precision"),
+    Field("lr_scheduler_type", "choice", "cosine", "lr_scheduler_type", path="training.lr_scheduler_type", choices=LR_SCHEDULERS, llamafactory_choices=LR_SCHEDULERS_LLAMAFACTORY_ONLY,
+        widget="dropdown", section="training", row="schedule"),
     # A ratio of the training steps, or a number of steps; steps > 0 win (WARMUP_RATIO above).
-    Field("warmup_ratio", "float", 0.0, "warmup_ratio", codec=WARMUP_RATIO, path="training.warmup_ratio", range=NumberRange(0, 1, 0.1, rule="warmup-ratio-range", high_open=True), widget="number", section="training", row="schedule"),
-    Field("warmup_steps", "int", 0, "warmup_steps", codec=WARMUP_STEPS, path="training.warmup_steps", range=NumberRange(0, _BIG, 0, rule="warmup-steps-range"), widget="integer", section="training", row="schedule"),
+    Field("warmup_ratio", "float", 0.0, "warmup_ratio", codec=WARMUP_RATIO, path="training.warmup_ratio", range=NumberRange(0, 1, 0.1, rule="warmup-ratio-range", high_open=True), widget="number",
+        section="training", row="schedule"),
+    Field("warmup_steps", "int", 0, "warmup_steps", codec=WARMUP_STEPS, path="training.warmup_steps", range=NumberRange(0, _BIG, 0, rule="warmup-steps-range"), widget="integer", section="training",
+        row="schedule"),
     Field("optim", "choice", "adamw_torch", "optim", path="training.optim", choices=OPTIMIZERS, llamafactory_choices=OPTIMIZERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="optim"),
     Field("seed", "int", 42, "seed", path="training.seed", range=NumberRange(0, SEED_MAX, 42, rule="seed-range"), widget="integer", section="training", row="optim", predict="kept"),
     # A textbox, so it can be emptied: empty = every sample.
-    Field("max_samples", "optional_int", "", "max_samples", codec=MAX_SAMPLES, path="data.max_samples", range=NumberRange(1, _BIG, 1000, rule="max-samples-range"), section="training", row="optim", predict="split"),
+    Field("max_samples", "optional_int", "", "max_samples", codec=MAX_SAMPLES, path="data.max_samples", range=NumberRange(1, _BIG, 1000, rule="max-samples-range"), section="training", row="optim",
+        predict="split"),
     Field("logging_steps", "int", 10, "logging_steps", path="training.logging_steps", range=NumberRange(1, _BIG, 10, rule="logging-steps-range"), widget="integer", section="training", row="steps"),
     Field("save_steps", "int", 500, "save_steps", path="training.save_steps", range=NumberRange(1, _BIG, 500, rule="save-steps-range"), widget="integer", section="training", row="steps"),
     # the run-name rule asks for 64; a longer one still gets that rule's fix
@@ -467,7 +488,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     # Evaluation on the held-out data (val_size): when, how often, and how many examples at once.
     Field("eval_strategy", "choice", "no", "eval_strategy", codec=EVAL_STRATEGY, choices=EVAL_STRATEGIES, widget="dropdown", section="training", row="eval"),
     Field("eval_steps", "int", 50, "eval_steps", codec=EVAL_STEPS, range=NumberRange(1, _BIG, 50, rule="eval-steps-range"), widget="integer", section="training", row="eval"),
-    Field("per_device_eval_batch_size", "int", 0, "per_device_eval_batch_size", codec=EVAL_BATCH_SIZE, range=NumberRange(0, 1024, 0, rule="eval-batch-size-range"), widget="integer", section="training", row="eval"),
+    Field("per_device_eval_batch_size", "int", 0, "per_device_eval_batch_size", codec=EVAL_BATCH_SIZE, range=NumberRange(0, 1024, 0, rule="eval-batch-size-range"), widget="integer",
+        section="training", row="eval"),
     Field("report_to", "choice", "none", "report_to", codec=REPORT_TO, choices=TRACKERS, llamafactory_choices=TRACKERS_LLAMAFACTORY_ONLY, widget="dropdown", section="training", row="eval"),
     # Every other LLaMA-Factory key, as YAML lines: checked against LLaMA-Factory's own list and
     # written to the run's YAML after the form's keys. An import keeps here what the form lacks.
@@ -503,9 +525,11 @@ PLAN_FIELDS: tuple[Field, ...] = (
     Field("dist_nproc", "int", 1, path="nproc", range=NumberRange(1, GPUS_PER_NODE_MAX, 1, rule="nproc-range"), widget="integer", section="multi_gpu", row="workers"),
     # the range bounds each index of the list
     Field("dist_gpus", "gpus", "0", path="gpus", range=NumberRange(0, GPUS_PER_NODE_MAX - 1, 0, rule="gpu-index-range"), max_chars=1024, section="multi_gpu", row="workers"),
-    Field("dist_strategy", "choice", "ddp", path="strategy", choices=STRATEGIES, choice_labels=tuple((f"strategy.{key}", key) for key in STRATEGIES), widget="dropdown", section="multi_gpu", row="workers"),
+    Field("dist_strategy", "choice", "ddp", path="strategy", choices=STRATEGIES, choice_labels=tuple((f"strategy.{key}", key) for key in STRATEGIES), widget="dropdown", section="multi_gpu",
+        row="workers"),
     Field("dist_offload", "flag", False, path="offload", widget="checkbox", section="multi_gpu", row="zero"),
-    Field("dist_ddp_timeout_s", "int", DEFAULT_DDP_TIMEOUT_S, path="ddp_timeout_s", range=NumberRange(1, DDP_TIMEOUT_MAX_S, 3600, rule="bad-timeout"), widget="integer", section="multi_gpu", row="zero"),
+    Field("dist_ddp_timeout_s", "int", DEFAULT_DDP_TIMEOUT_S, path="ddp_timeout_s", range=NumberRange(1, DDP_TIMEOUT_MAX_S, 3600, rule="bad-timeout"), widget="integer", section="multi_gpu",
+        row="zero"),
     Field("dist_rccl_env", "env_lines", "\n".join(f"{k}={v}" for k, v in DEFAULT_RCCL_ENV), path="rccl_env", max_chars=65_536, widget="lines", section="multi_gpu"),
     Field("dist_nnodes", "int", 1, path="nnodes", range=NumberRange(1, NODES_MAX, 1, rule="nnodes-range"), widget="integer", section="multi_gpu", row="nodes"),
     Field("dist_node_rank", "int", 0, path="node_rank", range=NumberRange(0, NODES_MAX - 1, 0, rule="node-rank-range"), widget="integer", section="multi_gpu", row="nodes"),
