@@ -166,15 +166,18 @@ def _merged_settings(run_dir: Path, files: tuple[str, ...], key: tuple) -> tuple
     size and mtime, None when it is not there)."""
     import yaml
 
-    from backend.config import schema
-    from backend.config.run_form import form_from_args, saved_run
+    from backend.config.run_form import SavedRun, form_from_args, saved_run
 
-    found = []
-    for name, file_key, values_of in zip(files, key, (lambda text: form_from_args(yaml.safe_load(text)), json.loads), strict=True):
+    def form_values(name: str, text: str) -> Any:
+        # config.yaml has LLaMA-Factory's keys (each field's codec reads its own back); form.json the form's.
+        return form_from_args(yaml.safe_load(text)) if name.endswith((".yaml", ".yml")) else json.loads(text)
+
+    found: list[SavedRun] = []
+    for name, file_key in zip(files, key, strict=True):
         if file_key is None:
             continue
         try:
-            found.append(saved_run(values_of(safe_files.read_text(run_dir, name, SMALL_FILE_MAX_BYTES))))
+            found.append(saved_run(form_values(name, safe_files.read_text(run_dir, name, SMALL_FILE_MAX_BYTES))))
         except (OSError, ValueError, yaml.YAMLError):
             continue
     settings = []
