@@ -233,7 +233,10 @@ EXAMPLE_KINDS = {
     "dpo": {"stage": "dpo", "do_train": True, "dataset": "dpo_en_demo", "pref_beta": 0.1, "pref_loss": "sigmoid"},
     "kto": {"stage": "kto", "do_train": True, "dataset": "kto_en_demo", "pref_beta": 0.1},
     "qlora": {"stage": "sft", "do_train": True, "dataset": "identity", "quantization_bit": 4, "quantization_method": "bnb", "double_quantization": False},
-    "vision": {"stage": "sft", "do_train": True, "dataset": "mllm_demo", "image_max_pixels": 262144, "video_max_pixels": 16384, "freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False},
+    "vision": {
+        "stage": "sft", "do_train": True, "dataset": "mllm_demo", "image_max_pixels": 262144, "video_max_pixels": 16384,
+        "freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False,
+    },
     # 0.9.5's RayArguments has these two (ray_run_name, placement_strategy … came later: unknown to it).
     "ray": {"stage": "sft", "do_train": True, "dataset": "identity", "ray_num_workers": 4, "ray_init_kwargs": {"runtime_env": {"env_vars": {"HF_HUB_OFFLINE": "1"}}}},
     "tokenized": {"stage": "sft", "do_train": True, "dataset": "identity", "tokenized_path": "saves/tokenized"},

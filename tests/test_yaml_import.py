@@ -99,7 +99,10 @@ CASES: list[tuple[str, dict[str, Any], str, str, str, dict[str, Any] | None]] = 
     ("bf16-on-rdna2", {}, "rx6900xt", "bf16", "bf16-unsupported", {"bf16": None, "fp16": True}),
     ("no-precision", {"bf16": None}, "rx7900xtx", "bf16", "yaml-precision-unset", {"bf16": True}),
     ("hub-model-id", {"model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"}, "rx7900xtx", "model_name_or_path", "model-hub-id-offline", None),
-    ("typo-known-key-unset", {"per_device_train_batch_size": None, "per_device_train_batch_sizee": 2}, "rx7900xtx", "per_device_train_batch_sizee", "yaml-unknown-key", {"per_device_train_batch_sizee": None, "per_device_train_batch_size": 2}),
+    (
+        "typo-known-key-unset", {"per_device_train_batch_size": None, "per_device_train_batch_sizee": 2}, "rx7900xtx",
+        "per_device_train_batch_sizee", "yaml-unknown-key", {"per_device_train_batch_sizee": None, "per_device_train_batch_size": 2},
+    ),
     ("typo-known-key-set", {"lerning_rate": 2e-4}, "rx7900xtx", "lerning_rate", "yaml-unknown-key", {"lerning_rate": None, "learning_rate": 1e-4}),
     ("unknown-key", {"make_it_fast": True}, "rx7900xtx", "make_it_fast", "yaml-unknown-key", {"make_it_fast": None}),
     ("finetuning-qlora", {"finetuning_type": "qlora"}, "rx7900xtx", "finetuning_type", "yaml-finetuning-qlora", {"finetuning_type": "lora", "quantization_bit": 4}),
@@ -163,7 +166,12 @@ TEXT_CASES = [
     ("a-scalar", "just some words\n", "yaml-not-mapping"),
     ("empty", "  \n", "yaml-empty"),
     ("too-large", "a: " + "x" * 300_000 + "\n", "yaml-too-large"),
-    ("alias-bomb", "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n", "yaml-too-many-values"),
+    (
+        "alias-bomb",
+        "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+        "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+        "yaml-too-many-values",
+    ),
     ("python-tag", "a: !!python/object/apply:os.system ['true']\n", "yaml-syntax"),
 ]
 
@@ -216,7 +224,8 @@ def test_fixing_the_messy_file_leaves_only_what_needs_a_person() -> None:
     text = (FIXTURES / "cuda_guide_mistakes.yaml").read_text()
     result = import_yaml(text, PRESETS["rx7900xtx"])
     rules = {f.rule for f in result.findings}
-    assert {"yaml-disable-flash-attn", "yaml-compute-type", "yaml-compute-device", "yaml-ddp-backend", "yaml-flash-attn-boolean", "yaml-device-map", "yaml-bf16-and-fp16", "yaml-unknown-key", "model-hub-id-offline"} <= rules
+    device_rules = {"yaml-disable-flash-attn", "yaml-compute-type", "yaml-compute-device", "yaml-ddp-backend", "yaml-flash-attn-boolean", "yaml-device-map", "yaml-bf16-and-fp16"}
+    assert device_rules | {"yaml-unknown-key", "model-hub-id-offline"} <= rules
     fixed = apply_fixes(result.args, result.findings)
     # Order is kept: the renamed typo sits where the typo was.
     assert list(fixed)[-2:] == ["flash_attn", "lora_rank"]
@@ -233,7 +242,8 @@ def test_fixing_the_messy_file_leaves_only_what_needs_a_person() -> None:
 def _configs(assets: dict[str, Path]):
     values = {**FORM_DEFAULTS, "preset": "rx7900xtx", "model_path": str(assets["model"]), "dataset_dir": str(assets["data"]), "dataset": "demo", "run_name": "round-trip"}
     plain, _ = parse_form(values, PRESETS["rx7900xtx"].env)
-    other = {**values, "quantization_bit": "4", "precision": "fp16", "max_steps": 100, "gradient_checkpointing": False, "flash_attn": "sdpa", "lora_dropout": 0.05, "learning_rate": 3e-5, "batch_size": 2, "grad_accum": 4, "cutoff_len": 512}
+    training = {"max_steps": 100, "gradient_checkpointing": False, "flash_attn": "sdpa", "lora_dropout": 0.05, "learning_rate": 3e-5, "batch_size": 2, "grad_accum": 4, "cutoff_len": 512}
+    other = {**values, "quantization_bit": "4", "precision": "fp16", **training}
     varied, _ = parse_form(other, PRESETS["rx7900xtx"].env)
     return plain, varied
 
