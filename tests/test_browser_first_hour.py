@@ -64,14 +64,11 @@ def app_server(demo_assets, tmp_path_factory):
 
 
 @pytest.fixture
-def page_in(chromium, app_server):
-    """Opens a tab on the module's app with the browser's language set; closes it afterwards."""
-    contexts = []
+def page_in(new_tab, app_server):
+    """Opens a tab on the module's app with the browser's language set; closed afterwards."""
 
     def opener(browser_locale: str):
-        context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
-        contexts.append(context)
-        page = context.new_page()
+        page = new_tab(browser_locale)
         page.goto(f"{app_server.url}/?__theme=light")
         page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
         locale = LOCALES[browser_locale]
@@ -82,9 +79,7 @@ def page_in(chromium, app_server):
         wait_until_idle(page)
         return page
 
-    yield opener
-    for context in contexts:
-        context.close()
+    return opener
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,6 @@ from tests.harness import AppServer
 from tests.test_browser_first_hour import (
     LOCALES,
     UI_TIMEOUT_MS,
-    VIEWPORT,
     code_text,
     editable_form,
     folded,
@@ -54,14 +53,11 @@ def app_server(demo_assets, tmp_path_factory):
 
 
 @pytest.fixture
-def page_in(chromium, app_server):
+def page_in(new_tab, app_server):
     """A tab on the module's app in the browser's language, its form editable; closed after."""
-    contexts = []
 
     def opener(browser_locale: str):
-        context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
-        contexts.append(context)
-        page = context.new_page()
+        page = new_tab(browser_locale)
         page.goto(f"{app_server.url}/?__theme=light")
         page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
         page.wait_for_function(
@@ -70,9 +66,7 @@ def page_in(chromium, app_server):
         editable_form(page)
         return page
 
-    yield opener
-    for context in contexts:
-        context.close()
+    return opener
 
 
 # --- helpers -----------------------------------------------------------------------------------------

@@ -88,21 +88,16 @@ def hand_made_runs(app_server):
 
 
 @pytest.fixture
-def page_in(chromium, app_server, hand_made_runs):
+def page_in(new_tab, app_server, hand_made_runs):
     """A tab on the module's app with the browser's language set, once the load event has
     relabelled it; closed afterwards."""
-    contexts = []
 
     def opener(browser_locale: str):
-        context = chromium.new_context(locale=browser_locale, color_scheme="light", viewport=VIEWPORT)
-        contexts.append(context)
-        page = context.new_page()
+        page = new_tab(browser_locale)
         load(page, app_server, LOCALES[browser_locale])
         return page
 
-    yield opener
-    for context in contexts:
-        context.close()
+    return opener
 
 
 # --- helpers -------------------------------------------------------------------------------------
