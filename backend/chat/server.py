@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.chat.stream import MAX_EVENT_LINE_BYTES, parse_load_failure, parse_load_stage, parse_sse_line
+from backend.child_process import close_and_wait
 from backend.runs import safe_files
 from backend.runs.launcher import OFFLINE_ENV, ProcessIdentity, stop_tree
 from backend.security.child_env import child_env
@@ -181,21 +182,8 @@ class ChatServer:
         process = self.process
         if process is None:
             return
-        try:
-            if process.stdin is not None:
-                process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            if self.identity is not None:
-                stop_tree(self.identity, graceful_s=0.0, term_s=2.0)
-            try:
-                process.kill()
-                process.wait(timeout=2.0)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+        identity = self.identity
+        close_and_wait(process, STOP_WAIT_S, 2.0, before_kill=(lambda: stop_tree(identity, graceful_s=0.0, term_s=2.0)) if identity is not None else None)
 
     def stream(self, messages: list[dict[str, str]], settings: GenerationSettings, cancelled=lambda: False) -> Iterator[str]:
         """The answer's text deltas as the server generates them. Raises StreamBroken when

@@ -36,6 +36,7 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0] or ".") =
 
 import contextlib
 import json
+import runpy
 import time
 from typing import Any
 
@@ -76,16 +77,9 @@ def validate_request(request: Any) -> tuple[dict[str, Any] | None, str]:
 
 
 def quiet_environment() -> None:
-    """No accelerator (nothing is trained here; a GPU busy with a run is not touched), no
-    process group, no progress bars, no hub."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["HIP_VISIBLE_DEVICES"] = ""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-    os.environ["LLAMAFACTORY_VERBOSITY"] = "WARN"
-    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "USE_MCA", "FORCE_TORCHRUN"):
-        os.environ.pop(name, None)
+    """No accelerator, no process group, no progress bars, no hub: the helpers' one quiet
+    environment (backend/llama_factory/quiet_env.py, loaded by its path)."""
+    runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "llama_factory", "quiet_env.py"))["quiet_environment"]()
 
 
 class _Failed(Exception):
@@ -122,7 +116,7 @@ def _segments(tokenizer, input_ids: list[int], labels: list[int], ignore_index: 
     """The example as [text, trained] runs: consecutive tokens with the same trained-ness,
     each decoded on its own with its special tokens; cut at EXAMPLE_CHARS."""
     runs: list[tuple[bool, list[int]]] = []
-    for token, label in zip(input_ids, labels):
+    for token, label in zip(input_ids, labels, strict=True):
         trained = label != ignore_index
         if runs and runs[-1][0] == trained:
             runs[-1][1].append(token)

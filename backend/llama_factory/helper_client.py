@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 # The protocol's limits and names, from the helper itself (zygote.py imports only the standard library).
+from backend.child_process import close_and_wait
 from backend.llama_factory.zygote import ENV_ROOM_NAME, MAX_LINE_BYTES
 
 ZYGOTE = Path(__file__).resolve().with_name("zygote.py")
@@ -245,16 +246,7 @@ class LlamaFactoryHelper:
             process = self._process
         if process is None:
             return
-        try:
-            if process.stdin is not None:
-                process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        close_and_wait(process, timeout, kill_wait_s=5.0)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -384,7 +376,7 @@ class LlamaFactoryHelper:
             return
         if "exit" in message:
             with self._lock:
-                child = children.pop(message.get("exit"), None)
+                child = children.pop(message["exit"], None)
             if child is not None:
                 code = message.get("code")
                 child._exited(code if isinstance(code, int) else 1)

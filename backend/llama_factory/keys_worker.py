@@ -31,6 +31,7 @@ import enum
 import json
 import math
 import os
+import runpy
 import sys
 import time
 import types
@@ -51,15 +52,8 @@ if __name__ == "__main__" and sys.path and sys.path[0]:
 
 
 def _quiet_environment() -> None:
-    # The same environment as worker.py's: no accelerator, no process group, no MCA switch
-    # (USE_MCA swaps transformers' TrainingArguments for mcore_adapter's).
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["HIP_VISIBLE_DEVICES"] = ""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ["LLAMAFACTORY_VERBOSITY"] = "WARN"
-    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ALLOW_EXTRA_ARGS", "USE_MCA", "FORCE_TORCHRUN"):
-        os.environ.pop(name, None)
+    """The same environment as worker.py's: quiet_env.py, loaded by its path."""
+    runpy.run_path(str(Path(__file__).resolve().with_name("quiet_env.py")))["quiet_environment"]()
 
 
 def versions() -> dict[str, str | None]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import runpy
 import sys
 import tempfile
 import time
@@ -43,15 +44,8 @@ _DEVICE_KEYS = ("use_cpu", "ddp_backend", "ddp_timeout", "local_rank")
 
 
 def _quiet_environment() -> None:
-    # No accelerator and no process group for a check: nothing is trained here, and a GPU
-    # busy with a real run should not be touched.
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["HIP_VISIBLE_DEVICES"] = ""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ["LLAMAFACTORY_VERBOSITY"] = "WARN"
-    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ALLOW_EXTRA_ARGS", "USE_MCA", "FORCE_TORCHRUN"):
-        os.environ.pop(name, None)
+    """No accelerator and no process group for a check: quiet_env.py, loaded by its path."""
+    runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "quiet_env.py"))["quiet_environment"]()
 
 
 def _parser():
@@ -131,6 +125,7 @@ def _check_one(parser, known: set[str], args: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     _quiet_environment()
     real_stdout = sys.stdout
+    request: dict[str, Any]
     if "--names" in argv:
         request = {"configs": [], "names": True}
     else:

@@ -15,17 +15,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 import psutil
 
-from backend.runs import safe_files
-from backend.security.child_env import child_env, refused_settings
 from backend.config.distributed import PLAN_VARIABLES
+from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore, attempt_fields, safe_files
 from backend.runs.trainer_log import log_path, read_log_tail
-from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore
+from backend.security.child_env import child_env, refused_settings
 
 if TYPE_CHECKING:
     from backend.llama_factory.helper_client import LlamaFactoryHelper, WarmChild
@@ -297,21 +297,7 @@ class Launcher:
             started = None
         with self._lock:
             self._children[run_id] = process
-        state = self.store.update(
-            run_id,
-            state="running",
-            pid=process.pid,
-            pid_started=started,
-            started_at=time.time(),
-            command=tuple(command),
-            launch=launch,
-            exit_code=None,
-            stop_reason="",
-            stop_reason_params={},
-            ended_at=None,
-            starter_pid=None,
-            starter_started=None,
-        )
+        state = self.store.update(run_id, **attempt_fields(state="running", pid=process.pid, pid_started=started, started_at=time.time(), command=tuple(command), launch=launch))
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
         return state
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from backend.runs import RunNotFound, RunState, RunStore, safe_files
+from backend.runs import RunNotFound, RunState, RunStore, attempt_fields, safe_files
 from backend.slurm import NODES_DIR, TASK_FILE
 from backend.slurm.client import SlurmClient, SlurmProblem
 from backend.slurm.parse import JobInfo, is_number
@@ -152,26 +152,8 @@ class SlurmExecutor:
         job_id, refusal, problem = self.client.submit(argv, cwd=run_dir)
         if job_id is None:
             return None, refusal or problem
-        state = self.store.update(
-            run_id,
-            state="pending",
-            job_id=job_id,
-            slurm_state="PENDING",
-            slurm_reason="",
-            slurm_nodes="",
-            stop_requested=False,
-            submitted_at=time.time(),
-            command=tuple(argv),
-            pid=None,
-            pid_started=None,
-            exit_code=None,
-            stop_reason="",
-            stop_reason_params={},
-            started_at=None,
-            ended_at=None,
-            starter_pid=None,
-            starter_started=None,
-        )
+        fields = attempt_fields(state="pending", job_id=job_id, slurm_state="PENDING", slurm_reason="", slurm_nodes="", stop_requested=False, submitted_at=time.time(), command=tuple(argv))
+        state = self.store.update(run_id, **fields)
         self.follow(state)
         return state, None
 
