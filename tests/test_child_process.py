@@ -59,8 +59,9 @@ def test_every_lf_helper_answers_in_the_same_quiet_environment(relative, functio
 
 def test_a_new_attempt_clears_the_last_ones_process_end_and_starter():
     ended = RunState(
-        "r", "r", "2026", "p", "m", state="failed", pid=7, pid_started=1.0, exit_code=1, stop_reason="reason.x", stop_reason_params={"a": 1}, started_at=2.0, ended_at=3.0, starter_pid=9, starter_started=4.0
-    )
+        "r", "r", "2026", "p", "m", state="failed", pid=7, pid_started=1.0, exit_code=1, stop_reason="reason.x", stop_reason_params={"a": 1},
+        started_at=2.0, ended_at=3.0, starter_pid=9, starter_started=4.0,
+    )  # fmt: skip
     fields = attempt_fields(state="running", pid=8, pid_started=5.0, started_at=6.0)
     fresh = RunState(**{**ended.to_json(), **fields, "command": ()})
     assert (fresh.pid, fresh.pid_started, fresh.started_at, fresh.state) == (8, 5.0, 6.0, "running")
