@@ -399,7 +399,7 @@ def test_loading_sets_what_the_yaml_says_and_resets_the_rest(board: RocBoard) ->
     assert {"preset", "dist_nproc", "dist_master_addr"} <= set(load.kept_fields)
     assert load.values["preset"] == current["preset"] and load.values["dist_nproc"] == 4 and load.values["dist_master_addr"] == "10.0.0.1"
     # The preset's own defaults, not the schema's, for what the YAML leaves out.
-    assert load.values["batch_size"] == PRESETS[CPU].batch_size and load.values["learning_rate"] == schema.field("learning_rate").default
+    assert load.values["batch_size"] == PRESETS[CPU].value("batch_size") and load.values["learning_rate"] == schema.field("learning_rate").default
     assert load.findings == board.import_yaml(EPOCHS_YAML, CPU).findings
 
 
