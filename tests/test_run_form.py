@@ -154,3 +154,14 @@ def test_no_reader_falls_back_to_a_default_of_its_own() -> None:
             if name in defaults and fallback != defaults[name] and (name, fallback) not in FALLBACKS_OF_THEIR_OWN:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)} (the schema says {defaults[name]!r})")
     assert found == []
+
+
+def test_a_preset_sets_any_field_of_the_form_each_checked_by_its_parser() -> None:
+    preset = parse_preset("test-gpu", PRESET + "lora_rank: 16\nlearning_rate: 5e-5\nquantization_bit: 4\n")
+    assert {name: preset.form_values()[name] for name in ("lora_rank", "learning_rate", "quantization_bit", "cutoff_len")} == {
+        "lora_rank": 16, "learning_rate": 5e-5, "quantization_bit": "4", "cutoff_len": 2048,
+    }  # fmt: skip
+    assert preset.value("seed") == schema.field("seed").default  # one it does not set
+    for bad in ("lora_rank: 0", "batch_size: 5000", "optim: adamw_bnb_8bit", "run_name: [a]"):
+        with pytest.raises(ValueError, match=bad.split(":")[0]):
+            parse_preset("test-gpu", PRESET.replace("batch_size: 2\n", "") + ("" if bad.startswith("batch_size") else "batch_size: 2\n") + bad + "\n")
