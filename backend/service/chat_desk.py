@@ -20,6 +20,7 @@ followed by a thread of the desk's own (`_follow`), and the load's generator onl
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -490,7 +491,7 @@ def build_messages(prompt: str, system: str = "", history: list[dict[str, Any]] 
     # LLaMA-Factory takes user, assistant, user, ... : only whole question-answer pairs are kept
     # (a question whose answer was stopped or broken is left out).
     turns: list[dict[str, str]] = []
-    for first, second in zip(cleaned, cleaned[1:]):
+    for first, second in itertools.pairwise(cleaned):
         if first["role"] == "user" and second["role"] == "assistant" and (not turns or turns[-1] is not first):
             turns += [first, second]
     while turns and sum(len(t["content"]) for t in turns) > MAX_HISTORY_CHARS:

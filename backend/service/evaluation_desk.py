@@ -388,7 +388,7 @@ class EvaluationDesk:
         user's prompt, or with `with_template` the prompt as the model read it."""
         if not answer.rows:
             return None
-        rows = [[prompt, *row[1:]] for prompt, row in zip(answer.prompts, answer.rows)] if with_template else answer.rows
+        rows = [[prompt, *row[1:]] for prompt, row in zip(answer.prompts, answer.rows, strict=True)] if with_template else answer.rows
         return {"headers": self.table_headers(locale), "data": rows}
 
     @staticmethod

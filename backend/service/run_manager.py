@@ -194,7 +194,16 @@ class RunManager:
             env.update(launch_env(plan))
         return env
 
-    def _create(self, config: RunConfig, plan: DistributedPlan | None, placement: Placement, stop_on_nan: bool, queued: bool = False, extra_files: dict[str, str] | None = None, run_id: str | None = None) -> RunState:
+    def _create(
+        self,
+        config: RunConfig,
+        plan: DistributedPlan | None,
+        placement: Placement,
+        stop_on_nan: bool,
+        queued: bool = False,
+        extra_files: dict[str, str] | None = None,
+        run_id: str | None = None,
+    ) -> RunState:
         """The run's directory, whole: config, form, log, DeepSpeed files; a queued run also
         its launch.json (what its trainer will get), and it joins the queue first."""
         import yaml
