@@ -257,7 +257,7 @@ class EvaluationDesk:
             numbers.append(Finding.of("max_samples", "eval-bad-number", value=str(max_samples)[:40], low=1, high=MAX_SAMPLES_LIMIT))
         if tokens is None:
             numbers.append(Finding.of("max_new_tokens", "eval-bad-number", value=str(max_new_tokens)[:40], low=1, high=MAX_NEW_TOKENS_LIMIT))
-        if numbers:
+        if samples is None or tokens is None:  # each has its finding in `numbers`
             return refuse(*numbers)
         held_out = self._held_out(str(dataset or ""))
         if held_out is None:
