@@ -202,6 +202,19 @@ def _preview_texts(tmp: Path) -> Iterator[tuple[str, str]]:
     ]
     for plan in plans:
         yield "preview", localized(describe(plan), "zh-CN")
+    # The shell lines the preview (and the Import tab's export) show, with and without a preset
+    # and a run name, and the DeepSpeed file's line.
+    from backend.config import parse_form, schema
+    from backend.config.export import export_shell
+    from backend.config.other_keys import DeepSpeedFile
+    from backend.config.presets import load_presets
+
+    presets, _ = load_presets()
+    for run_name, preset in (("", None), ("my-run", next(iter(presets.values())))):
+        config, _ = parse_form({**schema.form_defaults(), "run_name": run_name})
+        for line in localized(export_shell(config, preset, "config.yaml"), "zh-CN").splitlines():
+            yield "preview.shell", line
+    yield "preview.deepspeed", localized(DeepSpeedFile(str(tmp / "ds.json"), "{}", 3, "cpu", "none").summary(), "zh-CN")
 
 
 def rendered_in_chinese() -> list[tuple[str, str]]:

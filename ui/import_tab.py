@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from backend import view
-from backend.i18n import translate
+from backend.i18n import localized, translate
 from backend.service import RocBoard
 from backend.service.live import digest
 from ui.train_tab import ALL_FIELDS, TrainTab, start_intent
@@ -175,8 +175,8 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         show_progress="hidden",
     )
 
-    def on_export(*values):
+    def on_export(locale, *values):
         path, shell = board.export(dict(zip(ALL_FIELDS, values, strict=True)))
-        return str(path), shell
+        return str(path), localized(shell, locale)  # its comment line in the page's language
 
-    export_button.click(on_export, [form_fields[name] for name in ALL_FIELDS], [export_file, export_shell])
+    export_button.click(on_export, [locale_state, *[form_fields[name] for name in ALL_FIELDS]], [export_file, export_shell])

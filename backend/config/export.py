@@ -13,6 +13,7 @@ from pathlib import Path
 
 from backend.config import RunConfig, to_yaml
 from backend.config.presets import HardwarePreset
+from backend.i18n import Joined, Message
 from backend.security.child_env import ENV_NAME  # the one shell-name rule
 
 
@@ -32,10 +33,13 @@ def export_shell(config: RunConfig, preset: HardwarePreset | None, yaml_filename
     for name, _ in env:
         if not ENV_NAME.match(name):
             raise ValueError(f"environment variable name {name!r} is not a valid shell name")
-    where = preset.display_name if preset is not None else "no preset"
-    lines = [
+    # The comment line is a message: the page's preview shows it in its language, a file
+    # written from it (str) holds the English.
+    where = _comment(preset.display_name) if preset is not None else Message("export.shell.no_preset")
+    run = _comment(config.run_name) if config.run_name else Message("export.shell.unnamed")
+    lines: list[str] = [
         "#!/usr/bin/env bash",
-        f"# RocBoard run {_comment(config.run_name or '(unnamed)')}: {_comment(where)}",
+        Message("export.shell.header", run=run, where=where),
         "set -euo pipefail",
     ]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env]
@@ -43,7 +47,7 @@ def export_shell(config: RunConfig, preset: HardwarePreset | None, yaml_filename
         # A CPU run must not pick up a GPU that happens to be visible.
         lines.append("export CUDA_VISIBLE_DEVICES=''")
     lines.append(f"llamafactory-cli train {shlex.quote(str(yaml_filename))}")
-    return "\n".join(lines) + "\n"
+    return Joined((*lines, ""), "\n")
 
 
 def _comment(text: str) -> str:
