@@ -60,6 +60,7 @@ SAME_IN_EVERY_LANGUAGE = {
     "check.memory-will-not-fit.fix",
     "plan.describe.gpus",  # "GPU 0,1" in the command preview's comment
     "telemetry.tool_said",  # a tool's own line: as written, quoted in Chinese
+    "doctor.gpus.runtime_said",  # the runtime's own words, in brackets (quoted in Chinese)
 }
 
 

@@ -73,8 +73,8 @@ def _findings_texts(findings) -> Iterator[tuple[str, str]]:
 
 def _real_findings(tmp: Path) -> list:
     """The findings the listed modules make of bad input."""
-    from backend.config import parse_form, shown
     from backend.config import checks as config_checks
+    from backend.config import parse_form, shown
     from backend.config.other_keys import read_deepspeed_file
     from backend.config.path_keys import ReadPlaces
     from backend.config.paths import path_problem
@@ -172,8 +172,16 @@ def _doctor_texts() -> Iterator[tuple[str, str]]:
     failed = run_tool(["/nonexistent/tool"], 1.0, {})
     statuses.append(SourceStatus("amd-smi", False, failed.error or "", ""))
     statuses.append(SourceStatus("amd-smi", False, run_tool(["/"], 1.0, {}).error or "", ""))
+    from backend.doctor import LibraryFact, TorchFacts
+
     boxes = [machines.cpu_box(), machines.rdna2_box(), machines.mi300x_node()]
     boxes.append(replace(machines.rdna2_box(), telemetry=tuple(statuses)))
+    # The runtime's and the libraries' own words: torch that does not import, a CUDA build on an
+    # AMD machine, libraries installed but broken.
+    boxes.append(machines.rdna2_box(torch=TorchFacts(import_error="ModuleNotFoundError: No module named 'torch'")))
+    boxes.append(machines.rdna2_box(torch=TorchFacts(version="2.7.1+cu126", cuda_version="12.6", arch_list=("sm_80",), device_error="RuntimeError: Found no NVIDIA driver on your system.")))
+    broken = tuple(LibraryFact(name, "1.0", "ROCm", error="OSError: libcudart.so.12: cannot open shared object file") for name in ("bitsandbytes", "flash_attn", "deepspeed", "liger-kernel"))
+    boxes.append(machines.mi300x_node(libraries=broken))
     for box in boxes:
         for check in run_checks(box):
             yield f"doctor.{localized(check.name, 'en')}", f"{localized(check.name, 'zh-CN')}: {localized(check.saw, 'zh-CN')} {localized(check.fix, 'zh-CN')}"

@@ -239,7 +239,7 @@ def check_gpus_visible(facts: MachineFacts) -> Check:
         return Check(name, "ok", M("doctor.gpus.listed", count=len(torch.gpus), listed=listed))
     if not amd_gpu_present(facts) and not nvidia_gpu_present(facts):
         return Check(name, "ok", M("doctor.gpus.none_no_gpu"))
-    reason = f" ({torch.device_error})" if torch.device_error else ""  # the runtime's words
+    reason = M("doctor.gpus.runtime_said", error=torch.device_error) if torch.device_error else ""  # the runtime's words, quoted
     if torch.version is not None and not torch.hip_version and amd_gpu_present(facts):
         return Check(name, "problem", M("doctor.gpus.none_wrong_build", reason=reason), M("doctor.fix.rocm_torch"))
     return Check(name, "problem", M("doctor.gpus.none_has_gpu", reason=reason), M("doctor.gpus.fix_none"))
