@@ -52,17 +52,13 @@ def english_runs(text: str) -> list[str]:
 # --- what a Chinese page shows -----------------------------------------------------------------
 
 
-def _representative(name: str) -> str:
-    return "7"
-
-
 def _template_texts() -> Iterator[tuple[str, str]]:
     """Every finding id's texts with a neutral value in each placeholder: English written in the
     Chinese catalogue itself."""
     for key in CATALOGUE["zh-CN"]:
         if key.startswith("check."):
             names = {name.split(":")[0].split("!")[0] for _, name, _, _ in string.Formatter().parse(CATALOGUE["zh-CN"][key]) if name}
-            yield key, render_message(key, {name: _representative(name) for name in names}, "zh-CN")
+            yield key, render_message(key, dict.fromkeys(names, "7"), "zh-CN")  # a number: no words of its own
 
 
 def _findings_texts(findings) -> Iterator[tuple[str, str]]:
@@ -73,7 +69,6 @@ def _findings_texts(findings) -> Iterator[tuple[str, str]]:
 
 def _real_findings(tmp: Path) -> list:
     """The findings the listed modules make of bad input."""
-    from backend.config import checks as config_checks
     from backend.config import parse_form, shown
     from backend.config.other_keys import read_deepspeed_file
     from backend.config.path_keys import ReadPlaces
@@ -126,7 +121,6 @@ def _real_findings(tmp: Path) -> list:
     (broken_model / "config.json").write_text("{")
     for model in ("a\0b", str(tmp / "nowhere"), str(data / "empty.json"), str(broken_model)):
         findings += cases.findings_for({**cases.good_values(assets), "model_path": model}, "rx7900xtx", True)
-    del config_checks
     # A data file the Data tab reads, and the registry.
     for name in files:
         findings += inspect_dataset(data / name, name).findings
