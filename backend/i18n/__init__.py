@@ -30,6 +30,11 @@ Message ids, by prefix:
   `state.<state>`. A parameter that is a `Message` is rendered in the reader's language; any
   other value is shown as given (no English word is ever looked back up in the catalogue).
 
+What the OS or a parser says (an errno, a JSON decoder's message) is a message too:
+`backend/i18n/errors.py` (`os-error.<ERRNO>`, `json-error.*`). tests/test_zh_no_english.py
+renders every finding, doctor verdict, choice label and preview line in zh-CN and fails on
+English words in them.
+
 `pick_locale` chooses the locale from a switch on the page or the browser's
 Accept-Language; `translate` falls back to English, then to the key itself.
 
