@@ -12,9 +12,8 @@ import html
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from backend.config.schema import STRATEGIES
 from backend.diagnose import Alert
 from backend.findings import Finding
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
@@ -623,11 +622,16 @@ def slurm_queue_markdown(slurm_runs, locale: str = "en", slurm_problem: str = ""
     return "\n".join(lines)
 
 
+def choice_labels(name: str, locale: str = "en") -> list[tuple[str, Any]]:
+    """A choice field's (label in `locale`, value) pairs: the words of its schema's label ids."""
+    from backend.config import schema
+
+    return [(t(label, locale), value) for label, value in schema.field(name).choice_labels]
+
+
 def run_on_choices(locale: str = "en") -> list[tuple[str, str]]:
     """Where a run executes, as (label in `locale`, value) pairs for the radio's choices."""
-    from backend.config.schema import RUN_ON
-
-    return [(t(f"run_on.{value}", locale), value) for value in RUN_ON]
+    return choice_labels("run_on", locale)
 
 
 def slurm_cause(run, checkpoint: str, locale: str = "en") -> tuple[str, str]:
@@ -647,7 +651,7 @@ def slurm_cause(run, checkpoint: str, locale: str = "en") -> tuple[str, str]:
 
 def strategy_choices(locale: str = "en") -> list[tuple[str, str]]:
     """The Multi-GPU strategies as (label in `locale`, value) pairs for a dropdown's choices."""
-    return [(t(f"strategy.{strategy}", locale), strategy) for strategy in STRATEGIES]
+    return choice_labels("dist_strategy", locale)
 
 
 PROGRESS_CSS = """

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from backend.i18n import CATALOGUE, localized, render_message, translate
+from backend.i18n import CATALOGUE, localized, render_message
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,12 +185,11 @@ def _choice_texts() -> Iterator[tuple[str, str]]:
     from backend import view
     from backend.config import schema
 
-    for label, _ in view.strategy_choices("zh-CN") + view.run_on_choices("zh-CN"):
-        yield "choice", label
-    # What the page's widgets are built with (ui/train_tab.py, the words of each label's id).
+    # What the page's widgets are built with and its load and language switch put there
+    # (ui/train_tab.py, ui/app.py): the words of each field's label ids.
     for field in schema.page_fields():
-        for label, value in field.choice_labels:
-            yield f"choice.{field.name}.{value}", translate(label, "zh-CN")
+        for label, value in view.choice_labels(field.name, "zh-CN"):
+            yield f"choice.{field.name}.{value}", label
 
 
 def _preview_texts(tmp: Path) -> Iterator[tuple[str, str]]:

@@ -57,7 +57,7 @@ def build_form_fields(
         widget_class, options = WIDGETS[form_field.widget]
         kwargs = dict(options)
         if form_field.widget in ("dropdown", "radio"):
-            kwargs["choices"] = (choices or {}).get(form_field.name) or [(texts(label), value) for label, value in form_field.choice_labels] or list(form_field.choices)
+            kwargs["choices"] = (choices or {}).get(form_field.name) or view.choice_labels(form_field.name, texts.locale) or list(form_field.choices)
         widget = widget_class(
             value=defaults.get(form_field.name, form_field.default),
             elem_id=form_field.elem_id,
