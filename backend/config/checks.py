@@ -543,7 +543,7 @@ def rule_memory(ctx: _Context) -> list[Finding]:
             severity="warning",
             estimate=f"{estimate.total_bytes / GIB:.1f}",
             preset=preset.label,
-            vram=f"{estimate.vram_bytes / GIB:.0f}",
+            vram=f"{(estimate.vram_bytes or 0) / GIB:.0f}",  # set: "will not fit" compares with it
             # The estimator composes its fix from its cheapest changes (backend/config/estimate.py).
             fix=estimate.cheapest_fix,
         )
