@@ -271,6 +271,7 @@ class Launcher:
         for line in refused_trainer_settings(preset_env):
             log.write(f"RocBoard: left out of the trainer's environment: {line}\n".encode("utf-8", "replace"))
         log.flush()
+        process: subprocess.Popen | WarmChild | None
         try:
             process = self._start_warm(run_dir, env, custom)
             if process is None:

@@ -232,7 +232,7 @@ class SlurmExecutor:
     @staticmethod
     def _changes(state: RunState, update: RunUpdate, info: JobInfo) -> dict[str, Any]:
         changes: dict[str, Any] = {}
-        wanted = {
+        wanted: dict[str, Any] = {
             "state": update.state,
             "slurm_state": update.slurm_state if update.slurm_state != FORGOTTEN else state.slurm_state,
             "slurm_reason": update.slurm_reason,
