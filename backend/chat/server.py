@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from backend.chat.stream import MAX_EVENT_LINE_BYTES, parse_load_failure, parse_load_stage, parse_sse_line
 from backend.child_process import close_and_wait
@@ -46,9 +47,9 @@ class GenerationSettings:
     MAX_NEW_TOKENS = 4096
 
     def bounded(self) -> GenerationSettings:
-        def number(value: object, low: float, high: float, default: float) -> float:
+        def number(value: Any, low: float, high: float, default: float) -> float:
             try:
-                v = float(value)  # type: ignore[arg-type]
+                v = float(value)  # anything: what is not a number is the default
             except (TypeError, ValueError):
                 return default
             return default if v != v else min(high, max(low, v))

@@ -210,8 +210,9 @@ class _Document:
             written = _render_key(key) if key == renamed else None
             if written is not None:
                 first = written + removed.lines[0][removed.key_end :]
-                span = None if removed.value_span is None else tuple(i - removed.key_end + len(written) for i in removed.value_span)
-                out.append(_Segment([first, *removed.lines[1:]], key, span, len(written)))  # type: ignore[arg-type]
+                shift = len(written) - removed.key_end
+                span = None if removed.value_span is None else (removed.value_span[0] + shift, removed.value_span[1] + shift)
+                out.append(_Segment([first, *removed.lines[1:]], key, span, len(written)))
             else:
                 out.append(self._entry(key, value, comment))
                 comment = ""

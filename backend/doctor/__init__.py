@@ -591,7 +591,7 @@ def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) 
 
 def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
     """Display controllers (PCI class 0x03xxxx) by vendor."""
-    vendors = {AMD_VENDOR_ID: "amd", NVIDIA_VENDOR_ID: "nvidia"}
+    vendors: dict[str, Literal["amd", "nvidia"]] = {AMD_VENDOR_ID: "amd", NVIDIA_VENDOR_ID: "nvidia"}
     found: list[PciGpu] = []
     try:
         devices = sorted((sysfs_root / "bus" / "pci" / "devices").iterdir())
@@ -604,7 +604,7 @@ def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
         except OSError:
             continue
         if pci_class.startswith("0x03"):
-            found.append(PciGpu(device.name, vendors.get(vendor, "other")))  # type: ignore[arg-type]
+            found.append(PciGpu(device.name, vendors.get(vendor, "other")))
     return tuple(found)
 
 

@@ -37,9 +37,9 @@ class Reading:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Reading:
-        values = {k: data.get(k) for k in cls.__dataclass_fields__}
+        values: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__}
         values["node"] = str(values["node"] or "")[:64]
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 @dataclass(frozen=True)
