@@ -88,4 +88,4 @@ bench: setup-test demo
 	$(PY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache *.egg-info
+	rm -rf $(VENV) demo .pytest_cache .ruff_cache .mypy_cache *.egg-info
