@@ -77,7 +77,7 @@ def probe_bitsandbytes() -> dict[str, Any]:
     if facts["version"] is None:
         return facts
     try:
-        import bitsandbytes  # noqa: F401
+        import bitsandbytes  # noqa: F401 - importing it is the check
         from bitsandbytes import cextension
 
         facts["backend"] = getattr(cextension, "BNB_BACKEND", None)
@@ -95,7 +95,7 @@ def probe_flash_attn() -> dict[str, Any]:
     if facts["version"] is None:
         return facts
     try:
-        import flash_attn  # noqa: F401
+        import flash_attn  # noqa: F401 - importing it is the check
         import torch
 
         if getattr(torch.version, "hip", None):

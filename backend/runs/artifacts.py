@@ -125,7 +125,12 @@ def _current_archive(run_dir: Path, members: list[tuple[str, str]]) -> bool:
     """Whether adapter.zip is one this app built from these members and is not older than
     any of them (a planted file of another shape, or a second name of one, is rebuilt)."""
     found = _packable(run_dir, ADAPTER_ZIP)
-    newest = max(_packable(run_dir, relative).st_mtime for relative, _ in members)  # type: ignore[union-attr]
+    newest = 0.0
+    for relative, _ in members:
+        member = _packable(run_dir, relative)
+        if member is None:  # gone since the members were listed: built again from what is there
+            return False
+        newest = max(newest, member.st_mtime)
     if found is None or found.st_mtime < newest:
         return False
     try:

@@ -218,8 +218,8 @@ def checkpoint_info(path: Path, run_dir: Path | None = None) -> CheckpointInfo |
 def _checkpoint_dirs(run_dir: Path) -> list[Path]:
     """checkpoint-N directories of the run's output (real directories, not links), highest N first."""
     output = Path(run_dir) / OUTPUT_DIR
-    entries = [output / name for name, found in safe_files.list_dir(run_dir, OUTPUT_DIR) if CHECKPOINT_DIR_PATTERN.match(name) and stat.S_ISDIR(found.st_mode)]
-    return sorted(entries, key=lambda entry: int(CHECKPOINT_DIR_PATTERN.match(entry.name).group(1)), reverse=True)  # type: ignore[union-attr]
+    entries = [(int(match.group(1)), output / name) for name, found in safe_files.list_dir(run_dir, OUTPUT_DIR) if (match := CHECKPOINT_DIR_PATTERN.match(name)) and stat.S_ISDIR(found.st_mode)]
+    return [path for _, path in sorted(entries, key=lambda entry: entry[0], reverse=True)]
 
 
 def latest_complete_checkpoint(run_dir: Path) -> tuple[CheckpointInfo | None, tuple[str, ...]]:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.findings import Finding
+from backend.findings import Finding, Severity
 from backend.i18n import DEFAULT_LOCALE, render_message
 
 # --- what a user may set ---------------------------------------------------------------------
@@ -188,9 +188,9 @@ class Refusal:
     def fix(self) -> str:
         return self.text()[1]
 
-    def finding(self, key: str, severity: str = "problem") -> Finding:
+    def finding(self, key: str, severity: Severity = "problem") -> Finding:
         """The refusal as a finding about `key` (the form field the setting was written in)."""
-        return Finding.of(key, self.rule, severity=severity, **self.params)  # type: ignore[arg-type]
+        return Finding.of(key, self.rule, severity=severity, **self.params)
 
     def __str__(self) -> str:
         return self.problem

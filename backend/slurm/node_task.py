@@ -38,10 +38,10 @@ if __name__ == "__main__":
     # Run by path: the package root first, this folder not at all (its modules are not top-level).
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from backend.runs import LOG_FILE, safe_files  # noqa: E402
-from backend.runs.launcher import ProcessIdentity, stop_tree, trainer_command, trainer_env  # noqa: E402
-from backend.runs.queue import read_launch_env  # noqa: E402
-from backend.slurm import NODE_LOG_FILE, NODE_SAMPLES_FILE, NODES_DIR, TASK_FILE, node_dir  # noqa: E402
+from backend.runs import LOG_FILE, safe_files
+from backend.runs.launcher import ProcessIdentity, stop_tree, trainer_command, trainer_env
+from backend.runs.queue import read_launch_env
+from backend.slurm import NODE_LOG_FILE, NODE_SAMPLES_FILE, NODES_DIR, TASK_FILE, node_dir
 
 
 def _ignore_stop_signal() -> None:
