@@ -90,17 +90,17 @@ def started_processes() -> Iterator[list[tuple[list[str], dict[str, str] | None]
     import subprocess
 
     started: list[tuple[list[str], dict[str, str] | None]] = []
-    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
 
     def recording(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest, **kwargs):
         started.append(([os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else [os.fsdecode(args)], None if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}))
         return execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest, **kwargs)
 
-    subprocess.Popen._execute_child = recording  # type: ignore[attr-defined]
+    subprocess.Popen._execute_child = recording  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
     try:
         yield started
     finally:
-        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
 
 
 def run_bare_python(env_lines: str) -> None:

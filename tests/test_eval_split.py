@@ -287,7 +287,7 @@ def test_the_live_route_carries_the_eval_loss() -> None:
 
     series = MetricSeries()
     series.extend(fixture_points())
-    snapshot = RunSnapshot(run=None, points=list(series.points), memory=[], memory_label="", log_tail="", has_adapter=False, garbage_lines=0, alert=None, version=(), chart=series.chart())  # type: ignore[arg-type]
+    snapshot = RunSnapshot(run=None, points=list(series.points), memory=[], memory_label="", log_tail="", has_adapter=False, garbage_lines=0, alert=None, version=(), chart=series.chart())  # type: ignore[arg-type]  # no run: the chart needs none
     loss = charts_of(snapshot, "zh-CN")["loss"]
     evaluated = next(t for t in loss["data"] if t["name"] == "验证损失")
     assert evaluated["x"] == EVAL_STEPS

@@ -141,7 +141,7 @@ def let_through(why: str) -> Iterator[None]:
 def refusing_expensive_processes(why: str = "this session runs the fast tier") -> Iterator[None]:
     """While armed, every subprocess this process starts is looked at first, and the expensive
     ones are refused with ExpensiveProcess (and noted in `refused`)."""
-    original: Callable = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    original: Callable = subprocess.Popen._execute_child  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
 
     def guarded(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, *rest, **kwargs):
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
@@ -154,8 +154,8 @@ def refusing_expensive_processes(why: str = "this session runs the fast tier") -
             raise ExpensiveProcess(message)
         return original(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, *rest, **kwargs)
 
-    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]
+    subprocess.Popen._execute_child = guarded  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
     try:
         yield
     finally:
-        subprocess.Popen._execute_child = original  # type: ignore[attr-defined]
+        subprocess.Popen._execute_child = original  # type: ignore[attr-defined]  # CPython's private hook, not in typeshed
