@@ -180,26 +180,28 @@ _LINGER_S = 10.0  # a cold check worker whose app was just stopped ends by itsel
 _left_behind: list[str] = []
 
 
-def _ours_started_since(since: float) -> list[psutil.Process]:
+def _ours_started_since(since: float, base: str) -> list[psutil.Process]:
     import psutil
 
     # This session's: a descendant of this pytest, or an orphan (a trainer whose app a test
-    # killed is adopted by init). Another pytest on the same machine keeps its processes.
+    # killed is adopted by init) that works in this session's temporary folder `base`. Another
+    # pytest on the same machine keeps its processes, and so does a developer's own trainer.
     try:
         descendants = {child.pid for child in psutil.Process().children(recursive=True)}
     except psutil.Error:
         descendants = set()
     found = []
-    for process in psutil.process_iter(["cmdline", "create_time", "ppid"]):
+    for process in psutil.process_iter(["cmdline", "create_time", "ppid", "cwd"]):
         cmdline = " ".join(process.info["cmdline"] or ())
-        mine = process.pid in descendants or process.info["ppid"] == 1
+        in_base = base in cmdline or (process.info["cwd"] or "").startswith(base)
+        mine = process.pid in descendants or (process.info["ppid"] == 1 and in_base)
         if mine and (process.info["create_time"] or 0) >= since and process.pid != os.getpid() and any(mark in cmdline for mark in _OURS):
             found.append(process)
     return found
 
 
 @pytest.fixture(scope="module", autouse=True)
-def no_process_left_behind(request):
+def no_process_left_behind(request, tmp_path_factory):
     """A trainer or server a module's tests started and did not stop trains on into the next
     modules: on 2 cores that slows them into timeouts far from the cause. Whatever of ours the
     module started and is still running a little after its own fixtures were torn down is
@@ -212,9 +214,10 @@ def no_process_left_behind(request):
     from tests.harness import kill_processes
 
     started = time.time() - 1.0  # create_time has tick granularity
+    base = str(tmp_path_factory.getbasetemp())
     yield
     deadline = time.monotonic() + _LINGER_S
-    while (left := _ours_started_since(started)) and time.monotonic() < deadline:
+    while (left := _ours_started_since(started, base)) and time.monotonic() < deadline:
         time.sleep(0.5)
     for process in left:
         try:
