@@ -216,6 +216,13 @@ def _preview_texts(tmp: Path) -> Iterator[tuple[str, str]]:
         for line in localized(export_shell(config, preset, "config.yaml"), "zh-CN").splitlines():
             yield "preview.shell", line
     yield "preview.deepspeed", localized(DeepSpeedFile(str(tmp / "ds.json"), "{}", 3, "cpu", "none").summary(), "zh-CN")
+    # On Slurm the preview is the batch script as it will be written (its comments in words).
+    from backend.config.placement import SlurmPlacement
+    from backend.slurm.script import batch_script
+
+    for line in localized(batch_script(tmp / "runs" / "<run-id>", "<run-id>", SlurmPlacement(nodes=2, gpus_per_node=8), 8), "zh-CN").splitlines():
+        if line.startswith("# "):  # its words (the rest is shell code and sbatch's options)
+            yield "preview.slurm", line
 
 
 def rendered_in_chinese() -> list[tuple[str, str]]:

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from backend.config.placement import SlurmPlacement
+from backend.i18n import Joined, Message
 
 NODE_TASK = Path(__file__).resolve().with_name("node_task.py")
 NODE_TASK_MARK = "node_task.py"  # in every node task's command line (tests count them by it)
@@ -76,12 +77,14 @@ def batch_script(run_dir: Path, run_id: str, placement: SlurmPlacement, workers_
         # Since Slurm 22.05 srun no longer takes --cpus-per-task from the allocation.
         srun.append(f"--cpus-per-task={placement.cpus_per_task}")
     srun += ["--kill-on-bad-exit=1", python, str(NODE_TASK), str(run_dir)]
-    return "\n".join(
+    # The two comment lines are messages: the page's command preview shows them in its language,
+    # the file written from this (str) holds the English.
+    return Joined(
         [
             "#!/bin/bash",
             *sbatch_lines(placement, run_id),
-            f"# Written by RocBoard for run {run_id}: one task per node, each RocBoard's node task,",
-            f"# which starts llamafactory-cli ({workers_per_node} worker(s) a node) and samples the node's GPUs.",
+            Message("slurm.script.written_by", run_id=run_id),
+            Message("slurm.script.starts", workers=workers_per_node),
             "set -euo pipefail",
             'MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
             'MASTER_ADDR="$(scontrol show node "$MASTER_NODE" --oneliner | tr \' \' \'\\n\' | sed -n \'s/^NodeAddr=//p\')"',
@@ -90,7 +93,8 @@ def batch_script(run_dir: Path, run_id: str, placement: SlurmPlacement, workers_
             'echo "RocBoard: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, master $MASTER_NODE ($MASTER_ADDR:$MASTER_PORT)"',
             shlex.join(srun),
             "",
-        ]
+        ],
+        "\n",
     )
 
 
