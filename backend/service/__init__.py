@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from backend.config.estimate import MemoryEstimate
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
     from backend.doctor import Check
+    from backend.llama_factory.helper_client import LlamaFactoryHelper
     from backend.telemetry.sampler import Sampler
 
 
@@ -120,7 +121,7 @@ class RocBoard:
         self.evaluations = EvaluationDesk(self.store, self.run_manager, self.pipeline, self.data)
         # Exports write under their own folder, ~/rocboard-exports, unless --export-root names others.
         self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
-        self.helper = None
+        self.helper: LlamaFactoryHelper | None = None
         if warm_helper:
             self.start_helper()
 
@@ -440,7 +441,7 @@ class RocBoard:
         shown = summaries_table(summaries, locale, TABLE_COLUMNS)
         # Gradio also draws the sort values (a hidden row that sizes the columns): words in
         # the page's language, numbers only where a number sorts differently from its text.
-        values = [[word if value is None else value for word, value in zip(row, raw)] for row, raw in zip(shown, summaries_sort_values(summaries, TABLE_COLUMNS))]
+        values = [[word if value is None else value for word, value in zip(row, raw, strict=True)] for row, raw in zip(shown, summaries_sort_values(summaries, TABLE_COLUMNS), strict=True)]
         return history_headers(locale, TABLE_COLUMNS), shown, values
 
     def run_details(self, run_ids: list[str], locale: str = "en") -> str:

@@ -36,6 +36,7 @@ from backend.runs import FORM_FILE, OUTPUT_DIR, RunNotFound, RunState, artifacts
 
 if TYPE_CHECKING:
     from backend.runs import RunStore
+    from backend.service.monitors import RunMonitor
     from backend.service.run_manager import RunManager
 
 CHAT_DIR = "chat"  # inside the run: the servers' logs and the memory samples of this session
@@ -108,7 +109,7 @@ class ChatDesk:
         self._session: _Session | None = None
         self._last = ChatStatus()  # what the page shows when no session is there
         self._sampler_lent = False
-        self._memory_monitor = None
+        self._memory_monitor: RunMonitor | None = None
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
 
@@ -401,7 +402,7 @@ class ChatDesk:
             else:
                 session.busy += 1
                 session.last_used = time.monotonic()
-        if error:  # told after the lock is let go: this generator may resume on another thread
+        if error or session is None:  # told after the lock is let go: this generator may resume on another thread
             yield ChatEvent("adapter", error=error)
             yield ChatEvent("adapter", done=True)
             return

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backend.export import gguf_convert as gguf_tools
 from backend.export.job import ExportJob, ExportProgress
@@ -70,7 +70,7 @@ class ExportDesk:
         return gguf_tools.find_converter()
 
     def request(
-        self, run_id: str | None, target: str | None, checkpoint: str | None, shard_gb: object, device: str | None, gguf: str | None, overwrite: bool, confirm: str | None = ""
+        self, run_id: str | None, target: str | None, checkpoint: str | None, shard_gb: Any, device: str | None, gguf: str | None, overwrite: bool, confirm: str | None = ""
     ) -> ExportRequest:
         try:
             shard = int(float(shard_gb))  # a Number widget hands floats

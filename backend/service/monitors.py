@@ -10,6 +10,7 @@ import stat
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from backend.charts import MemorySeries
 from backend.runs import LOG_FILE, SAMPLES_FILE, RunState, RunStore, artifacts, safe_files
@@ -141,7 +142,8 @@ class RunMonitor:
         )
         if len(series.times) > MAX_READINGS:
             # Halve the older readings; the latest stay (the table shows them).
-            for column in (series.times, series.used_gib, series.total_gib):
+            columns: tuple[list[Any], ...] = (series.times, series.used_gib, series.total_gib)
+            for column in columns:
                 column[: MAX_READINGS // 2] = column[: MAX_READINGS // 2 : 2]
         self.memory_label = (
             "CPU RAM of the training process" if reading.source == "process" else f"GPU memory ({reading.source})"

@@ -484,20 +484,20 @@ class RunManager:
             # the page's form: a refused RCCL line stops the resume before anything changes.
             if has_problems(plan_findings + placement_findings):
                 return StartResult(None, plan_findings + placement_findings)
-            on_slurm = isinstance(placement, SlurmPlacement) and current is not None and not current.local
-            if on_slurm:
+            on_slurm = placement if isinstance(placement, SlurmPlacement) and current is not None and not current.local else None
+            if on_slurm is not None:
                 # The cluster is asked first: a refusal leaves the run as it was (no attempt
                 # archived, config.yaml not rewritten).
                 from backend.slurm.preflight import preflight
                 from backend.slurm.script import batch_script
 
-                script = batch_script(self.store.run_dir(run_id), run_id, placement, plan.nproc if plan else 1)
-                checked = preflight(self.slurm.client, self.slurm.facts, placement, script, self.store.root)
+                script = batch_script(self.store.run_dir(run_id), run_id, on_slurm, plan.nproc if plan else 1)
+                checked = preflight(self.slurm.client, self.slurm.facts, on_slurm, script, self.store.root)
                 if has_problems(checked):
                     return StartResult(None, checked)
             prepare_resume(self.store, run_id)
-            if on_slurm:
-                return self._resubmit(run_id, preset, plan, placement, script)
+            if on_slurm is not None:
+                return self._resubmit(run_id, preset, plan, on_slurm, script)
             env = dict(preset.env) if preset else {}
             if plan is not None:
                 from backend.config.distributed import launch_env
