@@ -58,7 +58,10 @@ WRITTEN_BY_ROCBOARD = frozenset(
 )
 # What LLaMA-Factory accepts: the form's choices and those only it knows (backend/config/schema.py).
 FLASH_ATTN_CHOICES = schema.field("flash_attn").all_choices
-FLASH_ATTN_ALIASES = {"eager": "disabled", "none": "disabled", "off": "disabled", "false": "disabled", "flash_attention_2": "fa2", "flash_attn2": "fa2", "fa": "fa2", "flash_attention_3": "fa3", "true": "auto", "on": "auto"}
+FLASH_ATTN_ALIASES = {
+    "eager": "disabled", "none": "disabled", "off": "disabled", "false": "disabled",
+    "flash_attention_2": "fa2", "flash_attn2": "fa2", "fa": "fa2", "flash_attention_3": "fa3", "true": "auto", "on": "auto",
+}
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "xccl", "hccl", "cncl", "mccl")
 # On ROCm, torch.distributed's "nccl" backend is RCCL; these are what people write instead.
 DDP_BACKEND_ALIASES = {"pytorch": "nccl", "torch": "nccl", "rccl": "nccl", "hip": "nccl", "rocm": "nccl", "cuda": "nccl"}
@@ -164,7 +167,7 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
             Finding.of("compute_type", "yaml-compute-type", patch={"compute_type": None})
         ]
     best = _precision_on(preset)
-    named = {"preset": preset.label} if preset is not None else {}
+    named: dict[str, Any] = {"preset": preset.label} if preset is not None else {}
     if value in ("bf16", "pure_bf16") and best != "bf16":
         # Asked for bf16 on hardware without it: the fix says (and writes) what it trains in.
         message = "yaml-compute-type-bf16-fp32" if best == "fp32" else "yaml-compute-type-bf16-fallback"
@@ -175,7 +178,7 @@ def rule_compute_type(args: dict[str, Any], preset: HardwarePreset | None) -> li
         message = "yaml-compute-type-other-fp32" if best == "fp32" else "yaml-compute-type-other"
         patch = {"compute_type": None, **_precision_patch(best)}
         return [Finding.of("compute_type", "yaml-compute-type", message=message, patch=patch, precision=best, **named)]
-    patches = {
+    patches: dict[str, dict[str, Any]] = {
         "bf16": {"compute_type": None, "bf16": True, "fp16": None},
         "fp16": {"compute_type": None, "fp16": True, "bf16": None},
         "fp32": {"compute_type": None, "bf16": None, "fp16": None},

@@ -148,8 +148,8 @@ def user_text(prompt: str) -> str:
     tokens (a prompt of plain text is itself)."""
     for start, end in _USER_TURNS:
         last = None
-        for last in start.finditer(prompt):
-            pass
+        for match in start.finditer(prompt):
+            last = match
         if last is None:
             continue
         stop = end.search(prompt, last.end())

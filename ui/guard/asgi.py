@@ -251,6 +251,8 @@ class Guard:
             self.uploads.end()
 
     async def _forward(self, scope: Scope, receive: Receive, exchange: _Exchange, send: Send | None = None) -> None:
+        inner = self.inner
+        assert inner is not None, "Guard.install() was not called"  # __call__ asked first
         cap = self.body_cap(scope.get("path", ""))
         received = 0
         cut = False
@@ -271,7 +273,7 @@ class Guard:
             return message
 
         try:
-            await self.inner(scope, counted_receive, send or exchange.send)
+            await inner(scope, counted_receive, send or exchange.send)
         except Exception:  # noqa: BLE001 - the client gets a short 500; the log keeps the trace
             if not cut:
                 self.log("error: a request failed inside the app:\n" + traceback.format_exc().rstrip())
