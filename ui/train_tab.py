@@ -191,15 +191,20 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
             # or a new one: never an editable form that turns read-only under the user's hand.
             mode_box = gr.Markdown("", elem_id="form-mode")
             notice_box = gr.Markdown("", elem_id="form-notice")
-            notes = lambda: shown.setdefault("notes", gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes"))  # noqa: E731
+
+            def notes() -> Any:
+                return shown.setdefault("notes", gr.Markdown(view.preset_notes_markdown(board.preset(defaults["preset"])), elem_id="preset-notes"))
+
             # The datasets added on the Data tab, one pick away (it fills the folder and name).
-            pick = lambda: shown.setdefault(  # noqa: E731
-                "pick",
-                texts.label(
-                    gr.Dropdown(board.data.names(), value=None, label=texts("datatab.pick"), interactive=False, elem_id="dataset-pick"),
-                    "datatab.pick",
-                ),
-            )
+            def pick() -> Any:
+                return shown.setdefault(
+                    "pick",
+                    texts.label(
+                        gr.Dropdown(board.data.names(), value=None, label=texts("datatab.pick"), interactive=False, elem_id="dataset-pick"),
+                        "datatab.pick",
+                    ),
+                )
+
             fields = build_form_fields(
                 texts,
                 defaults,

@@ -456,7 +456,7 @@ def overlay_figure(store: RunStore, run_ids: Sequence[str], max_points: int = MA
             continue
         with_loss = [p for p in trainer_log.read_curve(trainer_log.log_path(run_dir), run_dir) if p.loss is not None]
         steps = [p.step for p in with_loss]
-        smoothed = smooth([float(p.loss) for p in with_loss])  # type: ignore[arg-type]
+        smoothed = smooth([float(p.loss) for p in with_loss if p.loss is not None])
         keep = downsample_indices(len(steps), max_points, smoothed)
         # Two runs with one name (every demo is "demo") are told apart by their ids.
         label = state.name if names.count(state.name) <= 1 else f"{state.name} ({run_id})"

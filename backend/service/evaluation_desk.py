@@ -186,7 +186,10 @@ class EvaluationDesk:
         if not run_id:
             return ""
         offered, left_out = self.held_out_values(run_id)
-        names = lambda found: translate("actions.separator", locale).join(code_span(name, 80) for name in found)  # noqa: E731
+
+        def names(found: Any) -> str:
+            return translate("actions.separator", locale).join(code_span(name, 80) for name in found)
+
         trained = self._trained_on(run_id)
         if not offered:
             return translate("eval.held_out.none", locale, datasets=names(trained.names) or code_span("?"))
@@ -233,7 +236,10 @@ class EvaluationDesk:
     def _prepare(self, run_id: Any, dataset: Any, checkpoint: Any, max_samples: Any, max_new_tokens: Any):
         import yaml
 
-        refuse = lambda *found: (list(found), None)  # noqa: E731
+
+        def refuse(*found: Any) -> tuple[list[Any], None]:
+            return list(found), None
+
         try:
             source = self.store.read(run_id)
             source_dir = self.store.run_dir(run_id)
