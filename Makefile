@@ -74,9 +74,11 @@ test: setup-test demo
 
 # The fast loop: every test that starts no trainer, browser, Slurm, app server or LLaMA-Factory
 # helper (those are marked slow or browser by the fixtures they use: tests/tiers.py), and it
-# refuses to start one. `make test-fast ARGS="--lf"` reruns what failed last time.
+# refuses to start one. It runs on every core (pytest-xdist; FAST_WORKERS=0 for one process).
+# `make test-fast ARGS="--lf"` reruns what failed last time.
+FAST_WORKERS ?= auto
 test-fast: setup-test demo
-	$(PYTEST) -m "not slow and not browser" $(ARGS) tests
+	$(PYTEST) -n $(FAST_WORKERS) -m "not slow and not browser" $(ARGS) tests
 
 # ruff (lint and import order) and mypy, configured in pyproject.toml, both at zero findings;
 # .ci/run runs this before the tests. Only the test tools are needed (no demo, no converter).
