@@ -93,6 +93,18 @@ def shoot(page, name: str) -> None:
         page.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
 
 
+def plain(markdown: str) -> str:
+    """What a person reads of one of the page's Markdown lines: no emphasis or code marks, no
+    backslash escapes, whitespace folded."""
+    text = re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", ""))
+    return " ".join(text.split())
+
+
+def folded(text: str) -> str:
+    """Whitespace folded to single spaces, as a person reads wrapped text."""
+    return " ".join(text.split())
+
+
 def text_of(page, selector: str) -> str:
     """What a person sees in an element (its rendered, visible text)."""
     return page.locator(selector).first.inner_text()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import zipfile
 from pathlib import Path
 
@@ -25,6 +24,8 @@ from tests.test_browser_app import (
     RUN_TIMEOUT_S,
     UI_TIMEOUT_MS,
     fill,
+    folded,
+    plain,
     run_ids,
     shoot,
     text_of,
@@ -255,15 +256,8 @@ def test_a_validation_split_draws_the_eval_loss_beside_the_training_loss(app_ser
 # --- issue 27: a first hour on the Data tab without a surprise -----------------------------------
 
 
-def plain(markdown: str) -> str:
-    """What a person reads of one of the page's Markdown lines: no emphasis or code marks, no
-    backslash escapes, whitespace folded."""
-    text = re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", ""))
-    return " ".join(text.split())
 
 
-def folded(text: str) -> str:
-    return " ".join(text.split())
 
 
 def problem_of(rule: str, locale: str = "en", **params: str) -> str:

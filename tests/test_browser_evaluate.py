@@ -30,7 +30,7 @@ from backend.i18n import translate
 from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk
 from backend.view import code_span
 from tests.harness import AppServer, copy_run, wait_until
-from tests.test_browser_app import UI_TIMEOUT_MS, fill, shoot, text_of, wait_for_text, wait_until_idle
+from tests.test_browser_app import UI_TIMEOUT_MS, fill, folded, plain, shoot, text_of, wait_for_text, wait_until_idle
 
 pytestmark = pytest.mark.browser
 
@@ -86,14 +86,8 @@ def evaluations(server) -> list[dict]:
     return [state for state in server.runs() if state.get("kind") == "evaluate"]
 
 
-def plain(markdown: str) -> str:
-    """A Markdown message as a person reads it: no emphasis or code marks, no backslash escapes,
-    whitespace folded."""
-    return " ".join(re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", "")).split())
 
 
-def folded(text: str) -> str:
-    return " ".join(text.split())
 
 
 def dropdown_choices(page, element_id: str) -> list[str]:

@@ -36,6 +36,7 @@ from backend.i18n import translate
 from backend.service import demo_form
 from backend.view import DOCTOR_ICONS
 from tests.harness import AppServer, kill_tree, trainer_process, wait_until
+from tests.test_browser_app import folded, plain
 
 pytestmark = pytest.mark.browser
 
@@ -104,15 +105,8 @@ def finished_runs(app_server, chromium):
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def plain(markdown: str) -> str:
-    """What a person reads of one of the page's Markdown lines: no emphasis or code marks, no
-    backslash escapes, whitespace folded."""
-    text = re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", ""))
-    return " ".join(text.split())
 
 
-def folded(text: str) -> str:
-    return " ".join(text.split())
 
 
 def wait_until_idle(page) -> None:

@@ -17,27 +17,19 @@ import yaml
 from backend.config import ModelSpec, RunConfig, parse_form, schema, to_llamafactory_args
 from backend.config.presets import parse_preset
 from backend.config.run_form import form_from_args, read_saved_run, saved_form
-from backend.config.schema import Field, NumberRange
+from backend.config.schema import Field
 from backend.config.yaml_import import import_yaml
 from backend.evaluate.plan import VALIDATION_SPLIT, HeldOut, predict_args
 from backend.i18n import CATALOGUE
 from backend.runs import RunStore
 from backend.runs.history import history_columns, history_headers, summaries_table, summarize_runs
+from tests import test_schema as schema_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# A LLaMA-Factory key no field reads yet; the run's YAML and an evaluation's keep it.
-NEW = Field(
-    "neftune_noise_alpha",
-    "float",
-    0.0,
-    "neftune_noise_alpha",
-    range=NumberRange(0, 100, 5.0, rule="neftune-range"),
-    widget="number",
-    section="training",
-    column="neftune_noise_alpha",
-    predict="kept",
-)
+# test_schema's new field (a LLaMA-Factory key no field reads yet), also shown in the runs
+# table and kept by an evaluation.
+NEW = dataclasses.replace(schema_tests.NEW, column="neftune_noise_alpha", predict="kept")
 
 PRESET = """display_name: Test GPU
 gfx_target: gfx942
