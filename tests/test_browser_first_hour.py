@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
 
 from backend.config import schema
 from backend.config.presets import load_presets
@@ -227,7 +228,13 @@ def open_tab(page, key: str, locale: str) -> None:
 
 
 def train_tab_selected(page, locale: str) -> bool:
-    return page.get_by_role("tab", name=translate("tab.train", locale)).get_attribute("aria-selected") == "true"
+    """Whether the Train tab is, or within UI_TIMEOUT_MS becomes, the selected tab: the switch is
+    its own render, which may land after the fields the same event filled (CI saw that once)."""
+    try:
+        expect(page.get_by_role("tab", name=translate("tab.train", locale))).to_have_attribute("aria-selected", "true", timeout=UI_TIMEOUT_MS)
+    except AssertionError:
+        return False
+    return True
 
 
 def set_code(page, selector: str, text: str) -> None:
