@@ -50,6 +50,11 @@ def probe_torch() -> dict[str, Any]:
         facts["arch_list"] = list(torch.cuda.get_arch_list())
     except Exception:
         pass
+    try:  # the NCCL (on ROCm: RCCL) torch was built with; a CPU-only build has none
+        nccl = torch.cuda.nccl.version()
+        facts["nccl_version"] = ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl)
+    except Exception:
+        facts["nccl_version"] = None
     try:
         count = torch.cuda.device_count()
         for index in range(count):
