@@ -4,8 +4,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# What to install when no torch is importable. ROCm users: install the ROCm build of torch
-# into the system Python (or use the rocm/pytorch image) first, and it is kept.
+# What to install when no torch is importable: backend/doctor/torch_choice.py decides. With an
+# AMD GPU (sysfs vendor 0x1002 or /dev/kfd) torch and torchvision come from PyTorch's ROCm wheel
+# index for the ROCm found (/opt/rocm/.info/version, `amd-smi version`, or TORCH_ROCM=7.2
+# given); where that cannot be told it stops with the command to run. Without one: TORCH_SPEC's
+# default below (it must stay torch_choice.py's DEFAULT_SPEC). TORCH_SPEC given on the command
+# line or in the environment is installed as it is, with no choice made. A torch already in
+# the system Python (a ROCm build, the rocm/pytorch image) is kept.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 HOST ?= 127.0.0.1
 PORT ?= 7860
@@ -26,7 +31,9 @@ $(PY):
 $(VENV)/.deps: $(PY) requirements.txt pyproject.toml
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	  echo "torch is importable: $$($(PY) -c 'import torch; print(torch.__version__)'); not installing another."; \
-	else $(PIP) install $(TORCH_SPEC); fi
+	elif [ "$(origin TORCH_SPEC)" != file ]; then $(PIP) install $(TORCH_SPEC); \
+	else torch_args="$$($(PY) backend/doctor/torch_choice.py)" || exit 1; \
+	  echo "$(PIP) install $$torch_args"; $(PIP) install $$torch_args; fi
 	$(PIP) install -r requirements.txt
 	$(PIP) install --no-deps -e .
 	@touch $@
