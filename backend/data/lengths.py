@@ -145,6 +145,56 @@ def measure_lengths(
     return report, findings
 
 
+@dataclass(frozen=True)
+class DataFingerprint:
+    digest: str  # "sha256:<hex>": lengths_worker.py's FINGERPRINT_HEADER and fingerprint_update
+    examples: int  # examples hashed (those LLaMA-Factory's preprocessing keeps)
+    seconds: float
+
+
+def fingerprint_dataset(
+    model_path: str,
+    template: str,
+    dataset_dir: str,
+    dataset: str,
+    cutoff_len: int,
+    stage: str = "sft",
+    max_examples: int = MAX_EXAMPLES_LIMIT,
+    timeout_s: float = 300,
+) -> tuple[DataFingerprint | None, list[Finding]]:
+    """The hash of `dataset`'s examples as LLaMA-Factory's preprocessing builds them for the
+    trainer (the model's tokenizer, `template`, truncated at `cutoff_len`), the first
+    `max_examples` of them, in the same helper process as measure_lengths. (None, findings)
+    when it could not be computed."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
+    if not isinstance(max_examples, int) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
+        raise ValueError(f"max_examples must be in 1..{MAX_EXAMPLES_LIMIT}, not {max_examples!r}")
+    started = time.perf_counter()
+    refused = _refusal(model_path, template, dataset_dir, dataset)
+    if refused is not None:
+        return None, [refused]
+    request = {
+        "model_path": os.path.abspath(model_path),
+        "template": template,
+        "dataset_dir": os.path.abspath(dataset_dir),
+        "dataset": dataset,
+        "stage": stage,
+        "max_examples": max_examples,
+        "cutoff_len": cutoff_len,
+    }
+    try:
+        answer = _ask_helper(request, timeout_s)
+        if answer is None:
+            answer = _ask_one_shot(request, timeout_s)
+    except TimeoutError:
+        return None, [Finding.of(KEY, "lengths-timeout", severity="warning", seconds=f"{timeout_s:g}")]
+    digest = answer.get("fingerprint")
+    if not answer.get("ok") or not isinstance(digest, str):
+        return None, [_finding_from_error(answer.get("error") or {}, request, timeout_s)]
+    return DataFingerprint(digest, int(answer.get("counted", 0)), round(time.perf_counter() - started, 3)), []
+
+
 def _refusal(model_path: str, template: str, dataset_dir: str, dataset: str) -> Finding | None:
     """What can be told without a helper: no model folder, an unknown template, no such
     dataset in dataset_info.json (LLaMA-Factory would look for it on the hub)."""
@@ -316,7 +366,9 @@ def length_histogram(report: LengthReport, locale: str = "en") -> dict[str, Any]
 
 
 __all__ = [
+    "DataFingerprint",
     "ExampleSegment",
+    "fingerprint_dataset",
     "LengthReport",
     "length_histogram",
     "measure_lengths",

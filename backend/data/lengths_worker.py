@@ -9,10 +9,12 @@ one-shot by its path. It imports nothing from RocBoard, and nothing heavy at mod
 
 Protocol (one-shot): one JSON object on stdin,
     {"model_path": "/abs/model", "template": "llama3", "dataset_dir": "/abs/data",
-     "dataset": "name", "stage": "sft" | "pt", "max_examples": 2000}
+     "dataset": "name", "stage": "sft" | "pt", "max_examples": 2000,
+     "cutoff_len": 1024 (optional: truncate as the trainer does; default: no truncation)}
 and one JSON object as the last line of stdout:
     {"ok": true, "total": 1234 | null, "read": n, "counted": m, "lengths": [...],
-     "example": [[text, trained], ...], "example_cut": false, "seconds": 0.4}
+     "example": [[text, trained], ...], "example_cut": false, "seconds": 0.4,
+     "fingerprint": "sha256:<hex>"}
 or  {"ok": false, "error": {"kind", "type", "message"}}, kind one of "request", "tokenizer",
 "template", "dataset-name", "dataset", "no-examples", "internal".
 
@@ -22,6 +24,14 @@ response; PretrainDatasetProcessor without packing for pt: the text, its bos/eos
 truncation (cutoff_len is set out of reach here; the web side compares with the real one).
 Options that change the encoding (train_on_prompt, mask_history, tool_format,
 default_system, enable_thinking) are LLaMA-Factory's defaults.
+
+The data fingerprint (issue 29: "hash the preprocessing output and compare with the other
+machine"): sha256 over FINGERPRINT_HEADER, then for every encoded example in dataset order
+its number of input_ids and of labels (two little-endian uint32), its input_ids and its
+labels (little-endian int32 each; IGNORE_INDEX stays -100; pt: labels = input_ids, as the
+trainer's collator makes them). Fixed widths and byte order, no Python or numpy repr: the
+same tokens give the same digest on any machine, and a changed token, label mask, order or
+template gives another.
 """
 
 from __future__ import annotations
@@ -35,8 +45,10 @@ if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0] or ".") =
     sys.path.pop(0)
 
 import contextlib
+import hashlib
 import json
 import runpy
+import struct
 import time
 from typing import Any
 
@@ -49,6 +61,14 @@ EXAMPLE_CHARS = 4000  # the rendered example is cut here
 ERROR_CHARS = 1000
 NO_CUTOFF = 1_000_000_000  # LLaMA-Factory truncates at cutoff_len: out of reach, we want the whole length
 BATCH = 256
+FINGERPRINT_HEADER = b"rocboard-data-fingerprint-v1\n"
+
+
+def fingerprint_update(digest: Any, input_ids: list[int], labels: list[int]) -> None:
+    """Feeds one encoded example to `digest` (a hashlib sha256): see the module's doc."""
+    digest.update(struct.pack("<II", len(input_ids), len(labels)))
+    digest.update(struct.pack(f"<{len(input_ids)}i", *input_ids))
+    digest.update(struct.pack(f"<{len(labels)}i", *labels))
 
 
 def validate_request(request: Any) -> tuple[dict[str, Any] | None, str]:
@@ -73,6 +93,10 @@ def validate_request(request: Any) -> tuple[dict[str, Any] | None, str]:
     if not isinstance(max_examples, int) or isinstance(max_examples, bool) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
         return None, f"max_examples must be a whole number in 1..{MAX_EXAMPLES_LIMIT}"
     clean["max_examples"] = max_examples
+    cutoff_len = request.get("cutoff_len", NO_CUTOFF)
+    if not isinstance(cutoff_len, int) or isinstance(cutoff_len, bool) or not 1 <= cutoff_len <= NO_CUTOFF:
+        return None, f"cutoff_len must be a whole number in 1..{NO_CUTOFF}"
+    clean["cutoff_len"] = cutoff_len
     return clean, ""
 
 
@@ -171,7 +195,7 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
         template=request["template"],
         dataset=[request["dataset"]],
         dataset_dir=request["dataset_dir"],
-        cutoff_len=NO_CUTOFF,
+        cutoff_len=request.get("cutoff_len", NO_CUTOFF),
         max_samples=request["max_examples"],
         packing=False,
     )
@@ -213,6 +237,7 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
     example: list[list[Any]] = []
     example_cut = False
     read = 0
+    digest = hashlib.sha256(FINGERPRINT_HEADER)
     for batch in dataset.iter(batch_size=BATCH):
         read += len(next(iter(batch.values()))) if batch else 0
         try:
@@ -221,6 +246,9 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
             raise _Failed("dataset", exc) from exc
         ids_list = encoded["input_ids"]
         lengths.extend(len(ids) for ids in ids_list)
+        labels_list = encoded["labels"] if "labels" in encoded else ids_list
+        for ids, labels in zip(ids_list, labels_list, strict=True):
+            fingerprint_update(digest, list(ids), list(labels))
         if not example and ids_list:
             ids = list(ids_list[0])
             # pt: the trainer's collator trains on every token (labels = input_ids).
@@ -236,6 +264,7 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
         "lengths": lengths,
         "example": example,
         "example_cut": example_cut,
+        "fingerprint": "sha256:" + digest.hexdigest(),
     }
 
 

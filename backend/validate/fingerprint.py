@@ -11,18 +11,32 @@ ABSENT (never an exception), so that two reports compare key by key (report.comp
   web process never imports torch; python;
 - the versions of PACKAGES, from their installed metadata (importlib.metadata: nothing imported);
 - preset, and env.<NAME> for each variable the preset exports for the trainer.
+
+The data fingerprint of a run (`record_data_fingerprint(run_dir)`): the hash of its tokenized
+training examples, computed by LLaMA-Factory's own preprocessing in the helper process
+(backend/data/lengths.py fingerprint_dataset; which bytes are hashed: lengths_worker.py's
+doc) with the run's saved model, template, datasets, cutoff_len and max_samples; kept in the
+run as DATA_FINGERPRINT_FILE (written atomically, read without following a link) and shown on
+the run panel (`read_data_fingerprint`). A run of several datasets: sha256 over
+"<name>\t<digest>\n" of each, in the run's order. Stages other than sft and pt (pairs: dpo,
+kto, rm) are not fingerprinted: the helper encodes single examples only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.doctor.probe import installed_version
+from backend.findings import Finding
+from backend.runs import safe_files
 from backend.security.child_env import child_env
 
 if TYPE_CHECKING:
@@ -40,6 +54,11 @@ PACKAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bitsandbytes", ("bitsandbytes",)),
     ("deepspeed", ("deepspeed",)),
 )
+DATA_FINGERPRINT_FILE = "data_fingerprint.json"
+DATA_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+DATA_FINGERPRINT_MAX_BYTES = 64 * 1024
+FINGERPRINT_STAGES = ("sft", "pt")
+SET_HEADER = b"rocboard-data-fingerprint-set-v1\n"
 HIPCONFIG_TIMEOUT_S = 10
 MAX_FACT_CHARS = 200
 MAX_GPUS = 64
@@ -150,4 +169,76 @@ def machine_fingerprint(
     return facts
 
 
-__all__ = ["ABSENT", "PACKAGES", "hip_version", "machine_fingerprint", "package_versions"]
+# --- the data fingerprint of a run ---------------------------------------------------------------
+
+
+def combine_fingerprints(parts: list[tuple[str, str]]) -> str:
+    """One dataset: its own digest; several: sha256 over SET_HEADER and "<name>\t<digest>\n"
+    of each, in the run's order."""
+    if len(parts) == 1:
+        return parts[0][1]
+    digest = hashlib.sha256(SET_HEADER)
+    for name, part in parts:
+        digest.update(f"{name}\t{part}\n".encode())
+    return "sha256:" + digest.hexdigest()
+
+
+def record_data_fingerprint(run_dir: Path, timeout_s: float = 300) -> tuple[str | None, list[Finding]]:
+    """Computes the run's data fingerprint (in the helper process) and keeps it in the run;
+    (digest, []) or (None, why not: findings of backend/data/lengths.py). A stage the helper
+    cannot encode gives (None, [])."""
+    from backend.config.run_form import read_saved_run
+    from backend.data.lengths import MAX_EXAMPLES_LIMIT, fingerprint_dataset
+
+    config = read_saved_run(Path(run_dir)).config
+    stage = config.method.stage
+    if stage not in FINGERPRINT_STAGES or not config.data.datasets:
+        return None, []
+    limit = min(config.data.max_samples or MAX_EXAMPLES_LIMIT, MAX_EXAMPLES_LIMIT)
+    parts: list[tuple[str, str]] = []
+    examples = 0
+    seconds = 0.0
+    for name in config.data.datasets:
+        found, findings = fingerprint_dataset(
+            config.model.model_name_or_path, config.model.template, config.data.dataset_dir, name, config.data.cutoff_len, stage, limit, timeout_s
+        )
+        if found is None:
+            return None, findings
+        parts.append((name, found.digest))
+        examples += found.examples
+        seconds += found.seconds
+    digest = combine_fingerprints(parts)
+    record = {
+        "fingerprint": digest,
+        "examples": examples,
+        "datasets": [{"name": name, "fingerprint": part} for name, part in parts],
+        "cutoff_len": config.data.cutoff_len,
+        "stage": stage,
+        "seconds": round(seconds, 3),
+    }
+    safe_files.write_atomic(Path(run_dir), DATA_FINGERPRINT_FILE, json.dumps(record, indent=1).encode("utf-8"))
+    return digest, []
+
+
+def read_data_fingerprint(run_dir: Path) -> str | None:
+    """The run's recorded data fingerprint; None when there is none (or the file is a link,
+    too large, or not one RocBoard wrote)."""
+    try:
+        data = json.loads(safe_files.read_bytes(Path(run_dir), DATA_FINGERPRINT_FILE, DATA_FINGERPRINT_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    digest = data.get("fingerprint") if isinstance(data, dict) else None
+    return digest if isinstance(digest, str) and DATA_FINGERPRINT.fullmatch(digest) else None
+
+
+__all__ = [
+    "ABSENT",
+    "DATA_FINGERPRINT_FILE",
+    "PACKAGES",
+    "combine_fingerprints",
+    "hip_version",
+    "machine_fingerprint",
+    "package_versions",
+    "read_data_fingerprint",
+    "record_data_fingerprint",
+]
