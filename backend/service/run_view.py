@@ -122,6 +122,8 @@ def panel_view(run_manager: RunManager, export_dir: Path, run_id: str | None, lo
         cause, fix = failure_cause(store, store.read(run_id), locale)
     problem = run_manager.slurm.problem() if not snapshot.run.local else None
     where = view.where_markdown(snapshot.run, locale, position, problem.detail if problem else "")
+    data_line = data_fingerprint_markdown(store.run_dir(run_id), locale)
+    where = "  \n".join(part for part in (where, data_line) if part)
     resumable = False
     if snapshot.run.state in ("stopped", "failed"):
         resumable = not isinstance(resume_plan(store, run_id, snapshot.run), Refusal)
@@ -138,6 +140,15 @@ def panel_view(run_manager: RunManager, export_dir: Path, run_id: str | None, lo
         except (OSError, UnicodeDecodeError, ValueError):
             config_yaml = ""
     return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where)
+
+
+def data_fingerprint_markdown(run_dir: Path, locale: str = "en") -> str:
+    """The run's data fingerprint line (backend/validate/fingerprint.py), "" when none was
+    recorded: two machines that trained on the same tokens show the same digest."""
+    from backend.validate.fingerprint import read_data_fingerprint
+
+    digest = read_data_fingerprint(run_dir)
+    return translate("run.data_fingerprint", locale, fingerprint=view.code_span(digest, 80)) if digest else ""
 
 
 def charts_of(snapshot: RunSnapshot, locale: str = "en") -> dict[str, dict]:

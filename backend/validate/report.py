@@ -406,6 +406,7 @@ def import_report(runs_dir: Path, data: bytes) -> ValidationReport:
     if len(data) > MAX_REPORT_BYTES:
         raise ReportError("validate.report.too_large", size=len(data), limit=MAX_REPORT_BYTES)
     report = report_from_json(data)
+    _ensure_dir(runs_dir)  # a folder that is a link is named as such, before anything is read
     try:
         existing = load_report(runs_dir, report.id)
     except ReportError as error:
