@@ -44,6 +44,17 @@ DEFAULT_CARDS = (
 )
 
 
+def server_cards(count: int = 4, vram_total: int = 64 * 1024**3, gfx_target_version: int = 90010) -> tuple[FakeCard, ...]:
+    """A training server's GPUs (MI210-like by default: 64 GiB, gfx90a), idle: card N is HIP
+    device N, each on its own PCI bus."""
+    return tuple(
+        FakeCard(n, f"0000:{0x10 + 0x10 * n:02x}:00.0", 128 + n, vram_total, 300 * 1024**2, 0,
+                 {"edge": 35000, "junction": 38000}, 40_000_000, "power1_average", gfx_target_version,
+                 unique_id=0x5EED0000 + n)
+        for n in range(count)
+    )  # fmt: skip
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -122,6 +133,31 @@ def _properties(**values: int) -> str:
     return "".join(f"{key} {value}\n" for key, value in ordered.items())
 
 
+def _replace(path: Path, text: str) -> None:
+    """Writes `path` as the kernel's value changes: a reader sees the old value or the new,
+    never an empty or half-written file (a temporary beside it, renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def set_vram_used(root: Path, card: int, used_bytes: int) -> None:
     """Change what the fake driver reports, as a training run allocating memory would."""
-    (Path(root) / "class" / "drm" / f"card{card}" / "device" / "mem_info_vram_used").write_text(f"{used_bytes}\n")
+    _replace(Path(root) / "class" / "drm" / f"card{card}" / "device" / "mem_info_vram_used", f"{used_bytes}\n")
+
+
+def set_busy_percent(root: Path, card: int, percent: int) -> None:
+    """Change the card's gpu_busy_percent, as its load rises and falls (0-100)."""
+    if not 0 <= percent <= 100:
+        raise ValueError(f"a busy percent is 0-100, not {percent}")
+    _replace(Path(root) / "class" / "drm" / f"card{card}" / "device" / "gpu_busy_percent", f"{percent}\n")
+
+
+def set_load(root: Path, loads: dict[int, tuple[int | None, int | None]]) -> None:
+    """Several cards at once: card -> (VRAM used in bytes, busy percent), None leaving one as
+    it is. The files change one after another, as a sampler between two of them may see."""
+    for card, (used_bytes, percent) in loads.items():
+        if used_bytes is not None:
+            set_vram_used(root, card, used_bytes)
+        if percent is not None:
+            set_busy_percent(root, card, percent)
