@@ -34,6 +34,11 @@ SAME_IN_EVERY_LANGUAGE = {
     "app.title",
     "estimate.fix.sentence",  # only punctuation around the changes, each of which is translated
     "actions.separator",  # the punctuation between field names: ", " and "、"
+    "health.separator",  # between GPU names: ", " and "、"
+    "health.gpu",  # "GPU {gpu}" in both
+    "health.gpu_on_node",
+    "health.runs_mark",  # "{state} ⚠{count}": the state is translated
+    "health.line",  # "{kind}：{seen}（{state}）": each part is translated
     # the doctor's checks named by the tool or variable they check, and lines of bare values
     "doctor.name.visible_devices",
     "doctor.name.bf16",
