@@ -114,12 +114,13 @@ def _value_or_none(value: str | None, locale: str) -> str:
 
 
 def _move_row(move: FigureMove, locale: str) -> list[str]:
+    # numbers and signs only: the same in every language
     if move.relative:
-        change = t("validate.compare.percent", locale, value=f"{move.change * 100:+.1f}" if math.isfinite(move.change) else "∞")
-        tolerance = t("validate.compare.within_percent", locale, value=f"{move.tolerance * 100:g}")
+        change = f"{move.change * 100:+.1f} %" if math.isfinite(move.change) else "+∞"
+        tolerance = f"± {move.tolerance * 100:g} %"
     else:
         change = f"{move.change:+.3g}"
-        tolerance = t("validate.compare.within", locale, value=f"{move.tolerance:g}")
+        tolerance = f"± {move.tolerance:g}"
     return [figure_name(move.figure, locale), _number(move.old), _number(move.new), change, tolerance]
 
 
