@@ -8,7 +8,8 @@ round.
     python app.py status [RUN_ID] [--json] [--runs-dir runs]
     python app.py stop RUN_ID [--no-wait] [--runs-dir runs]
 
-`submit` checks CONFIG.yaml as "Run this YAML as it is" does on the page (every key kept:
+`status` also says the GPU health alerts recorded for a run (backend/health), each in full
+with its fix for one run. `submit` checks CONFIG.yaml as "Run this YAML as it is" does on the page (every key kept:
 the form's fields, the rest in Other keys), then starts the run here, queues it behind the
 run training here, or submits it to Slurm, and prints the run's id on stdout (what it did,
 and every finding, go to stderr). `status` lists the runs (or shows one) with Slurm's word on
@@ -189,6 +190,12 @@ def run_status(board, run_id: str, locale: str = "en") -> dict[str, Any]:
         "stop_reason": stop_reason_text(state, locale) if state.stop_reason else "",
         "created": state.created,
     }
+    # The GPUs' health alerts recorded in the run's folder (backend/health), in `locale`.
+    from backend.health.words import status_lines, status_mark
+
+    run_dir = board.store.run_dir(run_id)
+    status["health_alerts"] = status_lines(run_dir, locale)
+    status["health_text"] = status_mark(run_dir, locale)
     if state.state == "queued":
         status["queue_position"] = board.run_manager.queue.position(run_id)
     if state.executor == "slurm":
@@ -217,6 +224,8 @@ def _status_line(status: dict[str, Any], locale: str) -> str:
         parts.append(status["slurm_reason_text"])
     if status["state"] in ("failed", "stopped") and status["stop_reason"]:
         parts.append(status["stop_reason"])
+    if status.get("health_text"):
+        parts.append(status["health_text"])
     return "  ".join(part for part in parts if part)
 
 
@@ -240,6 +249,8 @@ def status_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
         out.write(json.dumps(statuses[0] if options.run_id else statuses, indent=2, ensure_ascii=False) + "\n")
     else:
         out.writelines(_status_line(status, locale) + "\n" for status in statuses)
+        if options.run_id:  # one run: each health alert in full, with its fix
+            out.writelines(f"  ⚠ {alert['text']}\n    {alert['fix']}\n" for alert in statuses[0]["health_alerts"])
     if problem is not None:
         err.write(f"warning: Slurm did not answer ({problem.detail}): Slurm runs show what it said last\n")
     return EXIT_OK

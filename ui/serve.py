@@ -94,10 +94,53 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "folder, its Python environment and the home's hidden folders are never written, whatever the root",
     )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
+    add_health_flags(parser)
     args = parser.parse_args(argv)
+    try:
+        args.health = health_settings(args)
+    except ValueError as error:
+        parser.error(str(error))
     if not 1 <= args.max_upload_mb <= MAX_UPLOAD_MB_LIMIT:
         parser.error(f"--max-upload-mb takes 1 to {MAX_UPLOAD_MB_LIMIT}; got {args.max_upload_mb}")
     return args
+
+
+# The GPU health thresholds (backend/health, docs/multi-gpu.md "GPU health"): flag, setting, help.
+HEALTH_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--health-idle-pct", "idle_pct", "a GPU busy below this % is idle"),
+    ("--health-busy-pct", "busy_pct", "a GPU busy at least this % trains"),
+    ("--health-lost-rank-s", "lost_rank_s", "alert when one GPU of a run is idle this many seconds while another trains"),
+    ("--health-stall-s", "stall_s", "alert when every GPU of a running run is idle and no log line came for this many seconds"),
+    ("--health-imbalance-s", "imbalance_s", "alert when one GPU is loaded and another nearly empty for this many seconds"),
+    ("--health-imbalance-ratio", "imbalance_ratio", "... nearly empty: holding this many times less VRAM than the loaded one"),
+    ("--health-loaded-pct", "loaded_pct", "... loaded: holding at least this % of its VRAM"),
+)
+
+
+def add_health_flags(parser: argparse.ArgumentParser) -> None:
+    from backend.health import BOUNDS, HealthSettings
+
+    defaults = HealthSettings()
+    group = parser.add_argument_group("GPU health", "when RocBoard alerts about a training run's GPUs (docs/multi-gpu.md, GPU health)")
+    for flag, name, what in HEALTH_FLAGS:
+        low, high = BOUNDS[name]
+        group.add_argument(flag, type=float, default=getattr(defaults, name), metavar="N", help=f"{what} (default {getattr(defaults, name):g}; {low:g} to {high:g})")
+    group.add_argument("--health-stop-on-stall", action="store_true", help="stop a stalled run (it can be resumed from its last checkpoint); off unless given")
+
+
+def health_settings(args: argparse.Namespace):
+    """The HealthSettings the flags give (ValueError, with the bounds, for one out of range)."""
+    from backend.health import HealthSettings
+
+    values = {name: getattr(args, flag[2:].replace("-", "_")) for flag, name, _ in HEALTH_FLAGS}
+    try:
+        return HealthSettings(**values, stop_on_stall=args.health_stop_on_stall)
+    except ValueError as error:
+        flags = {name: flag for flag, name, _ in HEALTH_FLAGS}
+        text = str(error)
+        for name, flag in flags.items():
+            text = text.replace(name, flag)
+        raise ValueError(text) from None
 
 
 # --- the app's own folders -----------------------------------------------------------------------
@@ -259,6 +302,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         data_roots=data_roots,
         max_upload_bytes=args.max_upload_mb * MIB,
         export_roots=[Path(root) for root in args.export_root] if args.export_root else None,
+        health=args.health,
     )
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)

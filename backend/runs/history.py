@@ -24,6 +24,7 @@ from typing import Any
 from backend.charts import LIGHT_LAYOUT, MAX_DISPLAY_POINTS, downsample_indices, smooth
 from backend.config import schema
 from backend.evaluate.results import EVALUATION_FILE, RESULTS_FILE, Scores, format_scores, read_scores
+from backend.health.record import read_alerts
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, translate
 from backend.runs import (
     OUTPUT_DIR,
@@ -117,6 +118,7 @@ class RunSummary:
     scores: Scores | None = None
     executor: str = "local"  # where it runs: "local" or "slurm" (RunState.executor)
     job_id: str = ""  # a Slurm run's job (the current attempt's)
+    health_alerts: int = 0  # GPU health alerts recorded (backend/health): the state cell says how many
 
 
 # --- reading a run's files, cached (its trainer log: backend.runs.trainer_log) -----------
@@ -291,6 +293,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 scores=eval_scores.get(state.id) if state.kind == "evaluate" else evaluated.get(state.id),
                 executor=state.executor,
                 job_id=state.job_id,
+                health_alerts=len(read_alerts(run_dir)),
             )
         )
     _prune(store.root, live)
@@ -382,6 +385,8 @@ def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
         state = translate("runs.state_attempt", locale, state=state, attempts=s.attempts)
     if s.kind == "evaluate":  # the table has no Kind column: an evaluation says so here
         state = translate("runs.state_evaluation", locale, state=state)
+    if s.health_alerts:  # the run's panel and `app.py status` say what they are
+        state = translate("health.runs_mark", locale, state=state, count=s.health_alerts)
     return {
         "run": s.id,
         "name": s.name,

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from backend.config.estimate import MemoryEstimate
     from backend.config.yaml_import import FixResult, FormLoad, ImportResult
     from backend.doctor import Check
+    from backend.health import HealthSettings
     from backend.llama_factory.helper_client import LlamaFactoryHelper
     from backend.telemetry.sampler import Sampler
 
@@ -96,6 +97,7 @@ class RocBoard:
         data_roots: Sequence[Path] | None = None,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         export_roots: Sequence[Path] | None = None,
+        health: HealthSettings | None = None,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
@@ -110,7 +112,8 @@ class RocBoard:
         self.pipeline = ConfigPipeline(self.store.root, self.export_dir, presets_dir, lf_cache, read_roots=roots)
         self.monitors = Monitors(self.store)
         self.run_manager = RunManager(self.store, self.pipeline, self.monitors, sampler)
-        self.decisions = RunDecisions(self.run_manager, self.monitors)
+        # The GPU health thresholds (python app.py --health-*; backend/health).
+        self.decisions = RunDecisions(self.run_manager, self.monitors, health=health)
         self.run_manager.on_launch = self.decisions.follow
         # The Doctor reads the machine the sampler reads (a fake /sys with --sysfs-root).
         self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"))

@@ -2,7 +2,10 @@
 
 - stop the run when its loss turns NaN/inf or its gradients explode, if the run's own
   saved setting (`RunState.stop_on_nan`) says so;
-- build the run's adapter.zip once its trainer has ended with an adapter saved.
+- build the run's adapter.zip once its trainer has ended with an adapter saved;
+- watch its GPUs' health (backend/health: imbalance, a lost rank, a stall), recording each
+  alert once in the run's alerts.jsonl, and stop a stalled run if the app's
+  stop-on-stall setting says so (`python app.py --health-stop-on-stall`).
 
 A page only shows what was decided. One thread follows the runs that train (one, normally)
 and ends when none is left; a start, a resume or a re-attach wakes it again.
@@ -14,18 +17,24 @@ import logging
 import threading
 import time
 
-from backend.runs import RunNotFound, artifacts
-from backend.service.monitors import POLL_INTERVAL_S, Monitors
+from backend.health import HealthAlert, HealthSettings, HealthWatch
+from backend.health.record import append_events, last_log_at, read_events
+from backend.runs import RunNotFound, RunState, artifacts
+from backend.service.monitors import POLL_INTERVAL_S, Monitors, RunMonitor
 from backend.service.run_manager import RunManager
 
 log = logging.getLogger(__name__)
 
 
 class RunDecisions:
-    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S):
+    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S, health: HealthSettings | None = None):
         self.manager = manager
         self.monitors = monitors
         self.interval_s = interval_s
+        self.health = health or HealthSettings()
+        # run id -> (the monitor whose readings it watches, the watch): a new monitor (the run
+        # resumed, its readings read again from the start) gets a watch seeded from the record.
+        self._watches: dict[str, tuple[RunMonitor, HealthWatch]] = {}
         # run id -> how many times it was followed: a run re-followed (resumed) while its
         # previous end was being dealt with is not dropped with that end.
         self._followed: dict[str, int] = {}
@@ -49,15 +58,40 @@ class RunDecisions:
         try:
             state = self.manager.refresh(run_id)
         except RunNotFound:
+            self._watches.pop(run_id, None)
             return False  # gone; its trainer was stopped by refresh
         if state.active:
             monitor = self.monitors.get(run_id)
             monitor.poll()
             if state.stop_on_nan and monitor.alert() is not None:
                 self.manager.stop_for_alert(run_id)
+                return True
+            self._watch_health(state, monitor)
             return True
+        self._watches.pop(run_id, None)
         self._build_adapter_zip(run_id)
         return False
+
+    def _watch_health(self, state: RunState, monitor: RunMonitor) -> None:
+        """The run's new readings through its health watch; what it says goes to the run's
+        alerts.jsonl, and a stall stops the run when the app's setting says so."""
+        readings = monitor.take_readings()
+        run_dir = self.manager.store.run_dir(state.id)
+        watched = self._watches.get(state.id)
+        if watched is None or watched[0] is not monitor:
+            watched = self._watches[state.id] = (monitor, HealthWatch(self.health, read_events(run_dir)))
+        if not readings:
+            return
+        events = watched[1].observe(readings, last_log_at(run_dir), training=state.state == "running")
+        try:
+            append_events(run_dir, events)
+        except OSError as error:  # a link planted at alerts.jsonl, the disk full: the watch goes on
+            log.warning("health alerts of run %s not recorded: %s", state.id, error)
+        stall = next((e for e in events if isinstance(e, HealthAlert) and e.kind == "stall"), None)
+        if stall is not None and self.health.stop_on_stall:
+            self.manager.stop(state.id)
+            # A message id: the page renders it in its own language (view.stop_reason_text).
+            self.manager.store.update(state.id, stop_reason="reason.stopped_on_stall", stop_reason_params={"seconds": f"{stall.at - stall.since:.0f}"})
 
     def _build_adapter_zip(self, run_id: str) -> None:
         """Built once, at the end, so that a download is ready when a page asks (it is

@@ -9,6 +9,7 @@ from __future__ import annotations
 import stat
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ LOG_TAIL_LINES = 40
 # curve): the grad norms the alert looks at, and telemetry readings per series.
 MAX_GRAD_NORMS = 1_000
 MAX_READINGS = 20_000
+MAX_HEALTH_FEED = 4096  # readings kept for the health watch between two of its looks (newest)
 MAX_NODES = 1024  # nodes of one Slurm run whose samples are charted
 NODES_LOOK_S = 2.0  # how often a monitor looks for nodes that started sampling
 # A trainer log longer than this, met on a monitor's first poll (a long run opened after a
@@ -59,6 +61,8 @@ class RunMonitor:
         self.memory: dict[tuple[str, str, int], MemorySeries] = {}
         self.memory_label = ""
         self.first_sample_at: float | None = None
+        # Every reading as it arrives, for the backend's health watch (take_readings).
+        self.health_feed: deque[Reading] = deque(maxlen=MAX_HEALTH_FEED)
         self.counter = 0  # bumps whenever new points or readings arrive
         self._last_poll = 0.0
         self._lock = threading.Lock()
@@ -118,7 +122,16 @@ class RunMonitor:
             return loss
         return loss_alert([{"grad_norm": g} for g in grad_norms])
 
+    def take_readings(self) -> list[Reading]:
+        """The readings that arrived since the last call (the newest MAX_HEALTH_FEED), in
+        the order they were read: backend/service/decisions.py's health watch sees each once."""
+        with self._lock:
+            taken = list(self.health_feed)
+            self.health_feed.clear()
+            return taken
+
     def _add_reading(self, reading: Reading) -> None:
+        self.health_feed.append(reading)
         if self.first_sample_at is None:
             self.first_sample_at = reading.at
         key = (reading.node, reading.source, reading.gpu)

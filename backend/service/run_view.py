@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from backend import view
 from backend.charts import loss_figure, memory_figure
+from backend.health.words import alerts_markdown
 from backend.i18n import translate
 from backend.runs import CONFIG_FILE, RunNotFound, artifacts, safe_files
 from backend.runs.resume import Refusal, resume_plan
@@ -36,7 +37,7 @@ class RunView:
     run_id: str | None
     status: str = ""  # Markdown: state, exit code, cause and fix of a failure
     headline: str = ""  # Markdown: the status's first line (state and id), for the action bar
-    alert: str = ""  # Markdown: NaN/inf loss or exploding gradients
+    alert: str = ""  # Markdown: NaN/inf loss or exploding gradients; the GPUs' health alerts (backend/health)
     progress: str = ""  # HTML: the progress bar and its line
     gpu_table: str = ""  # Markdown
     download: Path | None = None  # a servable copy of the adapter.zip; None: nothing to download
@@ -78,13 +79,14 @@ def run_view(
     resumable: bool = False,
     config_yaml: str | None = None,
     where: str = "",
+    health: str = "",
 ) -> RunView:
     run = snapshot.run
     return RunView(
         run.id,
         status=view.status_markdown(snapshot, cause, fix, locale, where),
         headline=view.status_headline(snapshot, locale),
-        alert=view.alert_markdown(snapshot, locale),
+        alert="\n\n".join(part for part in (view.alert_markdown(snapshot, locale), health) if part),
         progress=view.progress_html(snapshot, locale),
         gpu_table=view.gpu_table_markdown(snapshot, locale),
         download=download,
@@ -139,7 +141,12 @@ def panel_view(run_manager: RunManager, export_dir: Path, run_id: str | None, lo
             config_yaml = safe_files.read_text(store.run_dir(run_id), CONFIG_FILE, RUN_CONFIG_SHOWN_BYTES)
         except (OSError, UnicodeDecodeError, ValueError):
             config_yaml = ""
-    return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where)
+    # The GPUs' health alerts, as recorded in the run's folder (read again only when it changed).
+    try:
+        health = alerts_markdown(store.run_dir(run_id), locale)
+    except RunNotFound:
+        health = ""
+    return run_view(snapshot, version, locale, cause, fix, download, resumable, config_yaml, where, health)
 
 
 def data_fingerprint_markdown(run_dir: Path, locale: str = "en") -> str:
