@@ -176,6 +176,11 @@ def _doctor_texts() -> Iterator[tuple[str, str]]:
     boxes.append(machines.rdna2_box(torch=TorchFacts(version="2.7.1+cu126", cuda_version="12.6", arch_list=("sm_80",), device_error="RuntimeError: Found no NVIDIA driver on your system.")))
     broken = tuple(LibraryFact(name, "1.0", "ROCm", error="OSError: libcudart.so.12: cannot open shared object file") for name in ("bitsandbytes", "flash_attn", "deepspeed", "liger-kernel"))
     boxes.append(machines.mi300x_node(libraries=broken))
+    # The ROCm torch commands and the Slurm checks, in every state (tests/test_doctor_first_hour.py)
+    from tests import test_doctor_first_hour as first_hour
+
+    for case in first_hour.every_state_box():
+        boxes.append(case)
     for box in boxes:
         for check in run_checks(box):
             yield f"doctor.{localized(check.name, 'en')}", f"{localized(check.name, 'zh-CN')}: {localized(check.saw, 'zh-CN')} {localized(check.fix, 'zh-CN')}"

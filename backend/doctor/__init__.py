@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from backend.config.schema import TRACKER_PACKAGES
+from backend.doctor import torch_choice
 from backend.doctor.probe import MARKER, installed_version
+from backend.doctor.slurm import SlurmFacts, gather_slurm
+from backend.doctor.torch_choice import Choice as TorchChoice
 from backend.i18n import Joined
 from backend.i18n import Message as M
 from backend.security.child_env import child_env
@@ -37,7 +40,7 @@ from backend.telemetry.sysfs import AMD_VENDOR_ID
 from backend.telemetry.topology import KfdGpu, read_kfd_gpus, visible_gpus
 
 Verdict = Literal["ok", "warning", "problem"]
-Scope = Literal["gpu", "any"]
+Scope = Literal["gpu", "any", "slurm"]  # "slurm": only a Slurm run breaks
 
 ROOT = Path(__file__).resolve().parents[2]  # backend/doctor/__init__.py -> the repository
 PROBE_TIMEOUT_S = 180  # importing torch on a busy machine, then bitsandbytes: tens of seconds
@@ -64,7 +67,7 @@ class Check:
     verdict: Verdict
     saw: str  # what was found, in plain words
     fix: str = ""  # what to do; empty when there is nothing to do
-    needed_for: Scope = "gpu"  # "any": a CPU run breaks too
+    needed_for: Scope = "gpu"  # "any": a CPU run breaks too; "slurm": only a run on the cluster
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,12 @@ class MachineFacts:
     # llama.cpp's GGUF converter (backend/export/gguf_convert.py find_converter): its path, None
     # when not installed (`make gguf`). Optional: only the Export tab's GGUF needs it.
     gguf_converter: str | None = None
+    # Which torch `make` would install here (backend/doctor/torch_choice.py: the ROCm found and
+    # its wheel index), for the command that replaces a CUDA torch on an AMD box. None: not gathered.
+    torch_choice: TorchChoice | None = None
+    python: str = "python"  # the Python the app and its runs use (the fix's pip is its own)
+    # The cluster, where this machine is set up to submit to one (backend/doctor/slurm.py).
+    slurm: SlurmFacts = field(default_factory=lambda: SlurmFacts(False))
 
 
 # --- small rules ------------------------------------------------------------------------
@@ -199,6 +208,22 @@ def _and(words: Sequence[str]) -> Joined:
     return Joined(words, M("doctor.and"))
 
 
+def rocm_torch_fix(facts: MachineFacts) -> str:
+    """The command that puts the ROCm build of torch in place of this one: for the ROCm this
+    machine has (torch_choice.py, as `make` decides), or the nearest there are wheels for."""
+    choice = facts.torch_choice
+    if choice is None:
+        return M("doctor.fix.rocm_torch")
+    if not choice.stopped:
+        return M("doctor.fix.rocm_torch_for", rocm=choice.rocm or "?", source=choice.rocm_source or "?", command=torch_choice.install_command(choice, facts.python))
+    newest = max(torch_choice.ROCM_INDEXES)
+    command = f"{facts.python} -m pip install --force-reinstall {' '.join(torch_choice.rocm_pip_args(torch_choice.ROCM_INDEXES[newest]))}"
+    wheels = f"{newest[0]}.{newest[1]}"
+    if choice.rocm:
+        return M("doctor.fix.rocm_torch_too_old", rocm=choice.rocm, source=choice.rocm_source or "?", wheels=wheels, torch=torch_choice.TORCH_VERSION, command=command)
+    return M("doctor.fix.rocm_torch_unknown", wheels=wheels, command=command)
+
+
 def _torch_build(torch: TorchFacts) -> M:
     if torch.hip_version:
         return M("doctor.torch.build_rocm", version=torch.version, hip=torch.hip_version)
@@ -217,12 +242,13 @@ def check_torch_build(facts: MachineFacts) -> Check:
     name = M("doctor.name.torch_build")
     torch = facts.torch
     if torch.version is None:
-        return Check(name, "problem", M("doctor.torch.import_error", error=torch.import_error), M("doctor.fix.rocm_torch"), "any")
+        fix = rocm_torch_fix(facts) if amd_gpu_present(facts) else M("doctor.fix.rocm_torch")
+        return Check(name, "problem", M("doctor.torch.import_error", error=torch.import_error), fix, "any")
     saw = _torch_build(torch)
     if torch.hip_version:
         return Check(name, "ok", saw)
     if amd_gpu_present(facts) and not (torch.cuda_version and nvidia_gpu_present(facts)):
-        return Check(name, "problem", M("doctor.torch.wrong_build", build=saw), M("doctor.fix.rocm_torch"))
+        return Check(name, "problem", M("doctor.torch.wrong_build", build=saw), rocm_torch_fix(facts))
     if torch.cuda_version and nvidia_gpu_present(facts):
         return Check(name, "ok", M("doctor.torch.nvidia", build=saw))
     return Check(name, "ok", M("doctor.torch.no_gpu", build=saw))
@@ -241,7 +267,7 @@ def check_gpus_visible(facts: MachineFacts) -> Check:
         return Check(name, "ok", M("doctor.gpus.none_no_gpu"))
     reason = M("doctor.gpus.runtime_said", error=torch.device_error) if torch.device_error else ""  # the runtime's words, quoted
     if torch.version is not None and not torch.hip_version and amd_gpu_present(facts):
-        return Check(name, "problem", M("doctor.gpus.none_wrong_build", reason=reason), M("doctor.fix.rocm_torch"))
+        return Check(name, "problem", M("doctor.gpus.none_wrong_build", reason=reason), rocm_torch_fix(facts))
     return Check(name, "problem", M("doctor.gpus.none_has_gpu", reason=reason), M("doctor.gpus.fix_none"))
 
 
@@ -503,7 +529,56 @@ def check_gguf_converter(facts: MachineFacts) -> Check:
     return Check(name, "ok", M("doctor.gguf.missing"), M("doctor.gguf.fix_install"), "any")
 
 
-CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
+# Node states in which a node takes jobs (sinfo's %T; a trailing "*" means not responding).
+SLURM_UP_STATES = ("idle", "mixed", "allocated", "completing", "planned", "reserved")
+
+
+def check_slurm(facts: MachineFacts) -> Check:
+    name = M("doctor.name.slurm")
+    slurm = facts.slurm
+    if not slurm.configured:
+        return Check(name, "ok", M("doctor.slurm.not_set_up"), "", "slurm")
+    if slurm.sinfo_error:
+        return Check(name, "problem", M("doctor.slurm.unreachable", conf=slurm.conf or "?", error=slurm.sinfo_error), M("doctor.slurm.fix_unreachable"), "slurm")
+    nodes = ", ".join(f"{node} {state}" for node, state in slurm.nodes)
+    partitions = ", ".join(slurm.partitions)
+    if not slurm.nodes:
+        return Check(name, "problem", M("doctor.slurm.no_nodes", conf=slurm.conf or "?"), M("doctor.slurm.fix_no_nodes"), "slurm")
+    if not any(state.lower().rstrip("*~#!%$@^-") in SLURM_UP_STATES and not state.endswith("*") for _, state in slurm.nodes):
+        return Check(name, "problem", M("doctor.slurm.no_node_up", nodes=nodes), M("doctor.slurm.fix_no_node_up"), "slurm")
+    return Check(name, "ok", M("doctor.slurm.ok", count=len(slurm.nodes), nodes=nodes, partitions=partitions), "", "slurm")
+
+
+def check_slurm_munge(facts: MachineFacts) -> Check | None:
+    slurm = facts.slurm
+    if not slurm.configured:
+        return None
+    name = M("doctor.name.slurm_munge")
+    if not slurm.munge_checked:
+        return Check(name, "ok", M("doctor.munge.not_used", auth=slurm.auth), "", "slurm")
+    socket = M("doctor.munge.socket", socket=slurm.munge_socket) if slurm.munge_socket else ""
+    if not slurm.munge_error:
+        return Check(name, "ok", M("doctor.munge.ok", socket=socket), "", "slurm")
+    if not slurm.sinfo_error:  # Slurm's own authentication works: munge's commands are what failed
+        return Check(name, "warning", M("doctor.munge.cli_failed", error=slurm.munge_error), M("doctor.munge.fix_cli"), "slurm")
+    return Check(name, "problem", M("doctor.munge.down", error=slurm.munge_error, socket=socket), M("doctor.munge.fix_down"), "slurm")
+
+
+def check_slurm_shared(facts: MachineFacts) -> Check | None:
+    slurm = facts.slurm
+    if not slurm.configured:
+        return None
+    name = M("doctor.name.slurm_shared")
+    if slurm.shared == "yes":
+        return Check(name, "ok", M("doctor.shared.ok", runs_dir=slurm.runs_dir, node=slurm.shared_node or "?"), "", "slurm")
+    if slurm.shared == "no":
+        return Check(name, "problem", M("doctor.shared.not_shared", runs_dir=slurm.runs_dir, node=slurm.shared_node or "?", error=slurm.shared_detail), M("doctor.shared.fix_not_shared"), "slurm")
+    if slurm.shared == "unknown":
+        return Check(name, "warning", M("doctor.shared.unknown", error=slurm.shared_detail), M("doctor.shared.fix_unknown", runs_dir=slurm.runs_dir or "runs"), "slurm")
+    return Check(name, "warning", M("doctor.shared.skipped", reason=slurm.shared_detail), "", "slurm")
+
+
+CHECKS: tuple[Callable[[MachineFacts], Check | None], ...] = (
     check_torch_build,
     check_gpus_visible,
     check_gfx_targets,
@@ -519,17 +594,28 @@ CHECKS: tuple[Callable[[MachineFacts], Check], ...] = (
     check_llamafactory,
     check_trackers,
     check_gguf_converter,
+    check_slurm,
+    check_slurm_munge,
+    check_slurm_shared,
 )
 
 
 def run_checks(facts: MachineFacts) -> list[Check]:
-    return [check(facts) for check in CHECKS]
+    """Each check's verdict; a check with nothing to say here (munge where Slurm is not set
+    up) gives none."""
+    return [found for check in CHECKS if (found := check(facts)) is not None]
 
 
-def blocking_problems(checks: Sequence[Check], use_cpu: bool = False) -> list[Check]:
+def blocking_problems(checks: Sequence[Check], use_cpu: bool = False, slurm: bool = False) -> list[Check]:
     """The problems that would break a run: all of them for a GPU run; for a CPU run
-    (`use_cpu`, the CPU demo preset) only those that break any run."""
-    return [c for c in checks if c.verdict == "problem" and (not use_cpu or c.needed_for == "any")]
+    (`use_cpu`, the CPU demo preset) only those that break any run. The cluster's problems
+    count only with `slurm` (a run placed on Slurm, or the doctor's own verdict): they do not
+    stop a run on this machine."""
+    return [
+        c
+        for c in checks
+        if c.verdict == "problem" and (slurm or c.needed_for != "slurm") and (not use_cpu or c.needed_for in ("any", "slurm"))
+    ]
 
 
 # --- gathering the facts ------------------------------------------------------------------
@@ -590,7 +676,8 @@ def run_probe(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) 
 
 
 def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
-    """Display controllers (PCI class 0x03xxxx) by vendor."""
+    """Display controllers (PCI class 0x03xxxx) by vendor, and AMD's processing accelerators
+    (0x12xxxx: the MI300 series shows as one, not as a display controller)."""
     vendors: dict[str, Literal["amd", "nvidia"]] = {AMD_VENDOR_ID: "amd", NVIDIA_VENDOR_ID: "nvidia"}
     found: list[PciGpu] = []
     try:
@@ -603,7 +690,7 @@ def read_pci_gpus(sysfs_root: Path) -> tuple[PciGpu, ...]:
             vendor = (device / "vendor").read_text().strip().lower()
         except OSError:
             continue
-        if pci_class.startswith("0x03"):
+        if pci_class.startswith("0x03") or (pci_class.startswith("0x12") and vendor == AMD_VENDOR_ID):
             found.append(PciGpu(device.name, vendors.get(vendor, "other")))
     return tuple(found)
 
@@ -667,7 +754,14 @@ def gather_facts(
     sysfs_root: Path = Path("/sys"),
     env: Mapping[str, str] = os.environ,
     probe: Callable[[], dict[str, Any]] = run_probe,
+    runs_dir: Path | None = None,
+    slurm: Callable[[], SlurmFacts] | None = None,
+    dev_root: Path = Path("/dev"),
+    rocm_root: Path = Path("/opt/rocm"),
 ) -> MachineFacts:
+    """This machine's facts. `runs_dir`: the runs folder whose sharing with the Slurm nodes
+    is checked (None: not checked); `slurm`: gathers the cluster's facts (default: through a
+    Slurm client of `env`, when Slurm is set up here)."""
     data = probe()
     bnb = data.get("bitsandbytes") or {}
     flash = data.get("flash_attn") or {}
@@ -676,7 +770,7 @@ def gather_facts(
         torch=torch_facts_from_probe(data),
         kfd_gpus=tuple(kfd) if kfd is not None else None,
         pci_gpus=read_pci_gpus(sysfs_root),
-        devices=read_device_nodes(),
+        devices=read_device_nodes(dev_root),
         user=read_user(),
         env={k: env[k] for k in ENV_OF_INTEREST if k in env},
         telemetry=read_telemetry(sysfs_root, env),
@@ -690,6 +784,9 @@ def gather_facts(
         versions={name: installed_version(name) for name in VERSIONS_OF_INTEREST},
         trackers=find_trackers(),
         gguf_converter=_gguf_converter(),
+        torch_choice=torch_choice.choose(env, sysfs_root, dev_root, rocm_root),
+        python=sys.executable,
+        slurm=slurm() if slurm is not None else gather_slurm(runs_dir, env),
     )
 
 

@@ -1,7 +1,8 @@
 """`python app.py doctor [--json] [--lang zh-CN]` (also `python -m backend.doctor.cli`): is this machine ready
 to fine-tune on its AMD GPU? One line per check: verdict, what was seen, and the fix.
 
-Exit status: 0 when nothing would break a run, 1 when a check found a problem. A CPU-only
+Exit status: 0 when nothing would break a run, 1 when a check found a problem (the cluster's
+too, where Slurm is set up here: `sinfo`, munge, the runs folder `--runs-dir` on the nodes). A CPU-only
 machine exits 0: it runs the CPU demo, and the checks say what a GPU run would need.
 """
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="app.py doctor", description="Check this machine for ROCm fine-tuning.")
     parser.add_argument("--json", action="store_true", help="print one JSON object: checks, blocking problems, facts")
     parser.add_argument("--lang", choices=LOCALES, default=DEFAULT_LOCALE, help="the language of the report (default: en)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), metavar="DIR", help="the runs folder whose sharing with the Slurm nodes is checked, where Slurm is set up (default: runs)")
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"), metavar="DIR", help=argparse.SUPPRESS)
     return parser
 
@@ -39,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if not args.json:
         print(translate("doctor.cli.checking", args.lang), file=sys.stderr, flush=True)
-    facts = gather_facts(sysfs_root=args.sysfs_root)
+    facts = gather_facts(sysfs_root=args.sysfs_root, runs_dir=args.runs_dir)
     checks = run_checks(facts)
-    blocking = blocking_problems(checks)
+    blocking = blocking_problems(checks, slurm=True)  # here the cluster's problems count too
     if args.json:
         print(
             json.dumps(

@@ -116,7 +116,7 @@ class RocBoard:
         self.decisions = RunDecisions(self.run_manager, self.monitors, health=health)
         self.run_manager.on_launch = self.decisions.follow
         # The Doctor reads the machine the sampler reads (a fake /sys with --sysfs-root).
-        self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"))
+        self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"), self.store.root, self.run_manager.slurm.client)
         # Try and ship: chat with a run (its servers let go of the GPU when a trainer starts),
         # evaluate it on held-out data, merge and export it.
         self.chat = ChatDesk(self.store, self.run_manager, export_dir=self.export_dir)
