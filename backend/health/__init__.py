@@ -376,6 +376,11 @@ class HealthWatch:
                 return ended
         return None
 
+    @property
+    def now(self) -> float | None:
+        """The time of the latest reading decided on (None before the first)."""
+        return None if self._now == float("-inf") else self._now
+
     def open_alerts(self) -> list[HealthAlert]:
         """The alerts whose condition still holds."""
         return [episode.fired for episode in self._episodes.values() if episode.fired is not None]

@@ -72,6 +72,12 @@ class RunDecisions:
         self._build_adapter_zip(run_id)
         return False
 
+    def health_seen(self, run_id: str) -> float | None:
+        """Up to when (a reading's time) the run's GPU health has been decided; None before its
+        first reading (tests and the bench wait on it, rather than on a sleep)."""
+        watched = self._watches.get(run_id)
+        return None if watched is None else watched[1].now
+
     def _watch_health(self, state: RunState, monitor: RunMonitor) -> None:
         """The run's new readings through its health watch; what it says goes to the run's
         alerts.jsonl, and a stall stops the run when the app's setting says so."""
