@@ -145,6 +145,8 @@ def test_where_it_cannot_be_decided_it_stops_with_the_command(tmp_path: Path, en
     choice = choose_on(machine(tmp_path, "kfd", rocm=version_file), env=env, amd_smi=amd_smi)
     assert choice.stopped and choice.pip_args == () and install_command(choice) == ""
     assert said in choice.reason and command in choice.command
+    if not env:  # an AMD APU whose owner wants only the CPU demo is told how, too
+        assert "for the CPU demo only: TORCH_SPEC='torch==2.14.1 torchvision==0.29.1' make run" in choice.command
 
 
 @pytest.mark.parametrize(

@@ -161,34 +161,36 @@ def choose(
     `amd_smi` that returns a recorded output)."""
     newest = _shown(max(indexes))
     go_ahead = f"TORCH_ROCM={newest} make run"
+    # an AMD APU or a card without ROCm whose owner wants only the CPU demo: today's install
+    cpu_only = f"for the CPU demo only: TORCH_SPEC='{DEFAULT_SPEC}' make run"
     given = env.get("TORCH_ROCM", "").strip()
     gpu = amd_gpu_evidence(sys_root, dev_root)
     if given:
         version = parse_version(given)
         if version is None:
             return Choice((), f"TORCH_ROCM={given!r} is not a ROCm version such as {newest}.", gpu, given, "TORCH_ROCM", command=go_ahead)
-        return _for_version(version, given, "TORCH_ROCM", gpu, indexes, go_ahead)
+        return _for_version(version, given, "TORCH_ROCM", gpu, indexes, cpu_only)
     if gpu is None:
         return Choice(tuple(DEFAULT_SPEC.split()), "No AMD GPU found (no sysfs vendor 0x1002, no /dev/kfd): the default torch build.")
     info = rocm_root / ".info" / "version"
     text = _read(info)
     if text is not None and parse_version(text) is not None:
-        return _for_version(parse_version(text) or (0, 0), text.strip(), f"{rocm_root}/.info/version", gpu, indexes, go_ahead)
+        return _for_version(parse_version(text) or (0, 0), text.strip(), f"{rocm_root}/.info/version", gpu, indexes, cpu_only)
     output = (amd_smi or (lambda: run_amd_smi(env)))()
     found = parse_amd_smi_version(output) if output else None
     if found is not None and parse_version(found) is not None:
-        return _for_version(parse_version(found) or (0, 0), found, "amd-smi version", gpu, indexes, go_ahead)
+        return _for_version(parse_version(found) or (0, 0), found, "amd-smi version", gpu, indexes, cpu_only)
     why = f"{info} is missing or unreadable, and `amd-smi version` " + ("named no ROCm version" if output else "is not installed or failed")
     return Choice(
         (),
         f"An AMD GPU is here ({gpu}) but its ROCm version cannot be told: {why}. Installing the default torch "
         "would give a CUDA build that cannot use it.",
         gpu,
-        command=f"{go_ahead}   (or install ROCm first: https://rocm.docs.amd.com)",
+        command=f"{go_ahead}   (or install ROCm first: https://rocm.docs.amd.com; {cpu_only})",
     )
 
 
-def _for_version(version: tuple[int, int], shown: str, source: str, gpu: str | None, indexes: Mapping[tuple[int, int], str], go_ahead: str) -> Choice:
+def _for_version(version: tuple[int, int], shown: str, source: str, gpu: str | None, indexes: Mapping[tuple[int, int], str], cpu_only: str) -> Choice:
     index = index_for(version, indexes)
     if index is None:
         oldest = _shown(min(indexes))
@@ -199,7 +201,7 @@ def _for_version(version: tuple[int, int], shown: str, source: str, gpu: str | N
             gpu,
             shown,
             source,
-            command=f"upgrade ROCm to {oldest} or later, or try the wheels on this one: TORCH_ROCM={oldest} make run",
+            command=f"upgrade ROCm to {oldest} or later, or try the wheels on this one: TORCH_ROCM={oldest} make run   ({cpu_only})",
         )
     exact = version in indexes
     note = "" if exact else f" (no index for {_shown(version)}: the newest below it)"
