@@ -390,12 +390,46 @@ def test_data_fingerprint_is_the_same_for_the_same_data_and_changes_with_one_exa
     digest_c, _ = record_data_fingerprint(second)
     assert digest_c is not None and digest_c != digest_a
 
+    # The run's cutoff_len reaches the helper: truncated examples hash differently.
+    short, _ = lengths.fingerprint_dataset(str(DEMO_MODEL), "llama3", str(DEMO_DATA), "demo", 8, "sft", 40)
+    assert short is not None and short.digest != digest_a
+
     # A fresh process (the one-shot worker, no helper) hashes the same bytes.
     monkeypatch.setattr(lengths, "_ask_helper", lambda request, timeout_s: None)
-    alone, _ = lengths.fingerprint_dataset(str(DEMO_MODEL), "llama3", str(DEMO_DATA), "demo", 128, "sft", 40)
-    assert alone is not None and alone.digest == digest_a
+    alone_short, _ = lengths.fingerprint_dataset(str(DEMO_MODEL), "llama3", str(DEMO_DATA), "demo", 8, "sft", 40)
+    assert alone_short is not None and alone_short.digest == short.digest
+    # helper_only without a helper: nothing computed, nothing said
+    assert lengths.fingerprint_dataset(str(DEMO_MODEL), "llama3", str(DEMO_DATA), "demo", 8, "sft", 40, helper_only=True) == (None, [])
 
     from backend.service.run_view import data_fingerprint_markdown
 
     assert digest_a in data_fingerprint_markdown(first, "en")
     assert data_fingerprint_markdown(tmp_path, "en") == ""
+
+
+@pytest.mark.timeout(300)
+def test_a_run_started_beside_the_warm_helper_records_its_data_fingerprint(tmp_path, lf_helper, monkeypatch):
+    import sys
+
+    import yaml
+
+    from backend.config.presets import demo_form
+    from backend.runs import CONFIG_FILE, FORM_FILE, LOG_FILE
+    from backend.service import RocBoard
+    from tests.harness import wait_for
+
+    monkeypatch.delenv("ROCBOARD_WARM_START", raising=False)
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports", warm_helper=True)
+    assert board.helper is lf_helper
+    form = {**demo_form(), "run_name": "fp", "max_samples": 30}
+    config = board.parse(form)[0]
+    run_id = board.store.new_run_id("fp")
+    files = {CONFIG_FILE: yaml.safe_dump(board.run_args(config, None, board.store.root / run_id / "output")), FORM_FILE: json.dumps(form), LOG_FILE: ""}
+    board.store.create(name="fp", preset="cpu-demo", model="demo", files=files, run_id=run_id)
+    # a stand-in for the trainer: the fingerprint does not wait for it
+    board.run_manager.launch(run_id, {}, command=[sys.executable, "-c", "pass"])
+    run_dir = board.store.run_dir(run_id)
+    assert wait_for(lambda: read_data_fingerprint(run_dir), 120, interval=0.2)
+    digest, _ = record_data_fingerprint(tmp_path / "runs" / run_id)
+    assert read_data_fingerprint(run_dir) == digest
+    assert json.loads((run_dir / DATA_FINGERPRINT_FILE).read_text())["examples"] == 30

@@ -161,11 +161,13 @@ def fingerprint_dataset(
     stage: str = "sft",
     max_examples: int = MAX_EXAMPLES_LIMIT,
     timeout_s: float = 300,
+    helper_only: bool = False,
 ) -> tuple[DataFingerprint | None, list[Finding]]:
     """The hash of `dataset`'s examples as LLaMA-Factory's preprocessing builds them for the
     trainer (the model's tokenizer, `template`, truncated at `cutoff_len`), the first
     `max_examples` of them, in the same helper process as measure_lengths. (None, findings)
-    when it could not be computed."""
+    when it could not be computed. `helper_only`: only through the app's warm helper (a
+    fork: no LLaMA-Factory import to pay), (None, []) when there is none."""
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
     if not isinstance(max_examples, int) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
@@ -186,6 +188,8 @@ def fingerprint_dataset(
     try:
         answer = _ask_helper(request, timeout_s)
         if answer is None:
+            if helper_only:
+                return None, []
             answer = _ask_one_shot(request, timeout_s)
     except TimeoutError:
         return None, [Finding.of(KEY, "lengths-timeout", severity="warning", seconds=f"{timeout_s:g}")]

@@ -14,7 +14,7 @@ Protocol: JSON lines, each at most MAX_LINE_BYTES.
   web -> helper:         {"id": n, "op": "check", "configs": [{...}, ...]}
                          {"id": n, "op": "train", "run_dir": "/abs/runs/<id>", "env": {...}}
                          {"id": n, "op": "lengths", "model_path": "/abs", "template", "dataset_dir":
-                          "/abs", "dataset", "stage", "max_examples", "timeout_s"}
+                          "/abs", "dataset", "stage", "max_examples", "cutoff_len" (optional), "timeout_s"}
   helper -> web:         {"id": n, "ok": true, "import_s": 0, "results": [...]} (as worker.py)
                          {"id": n, "pid": 1234}                (a trainer was forked)
                          {"id": n, "ok": ..., ...}             (as backend/data/lengths_worker.py)
@@ -332,7 +332,7 @@ class Zygote:
         except Exception as exc:  # noqa: BLE001 - refused, with the reason
             _send({"id": rid, "error": f"lengths worker unavailable: {type(exc).__name__}: {str(exc)[:300]}"})
             return
-        fields = {name: request[name] for name in ("model_path", "template", "dataset_dir", "dataset", "stage", "max_examples") if name in request}
+        fields = {name: request[name] for name in ("model_path", "template", "dataset_dir", "dataset", "stage", "max_examples", "cutoff_len") if name in request}
         clean, why = module.validate_request(fields)
         if clean is None:
             _send({"id": rid, "error": f"bad lengths request: {why}"})

@@ -293,6 +293,12 @@ class RunManager:
         state = self.launcher.start(run_id, env, command=command)
         self._watch(state)
         self.on_launch(run_id)
+        if self.launcher.helper is not None and state.kind == "train":
+            # the hash of the run's tokenized examples, beside the trainer, through the warm
+            # helper only (a fork: no import to pay): backend/validate/fingerprint.py
+            from backend.validate.fingerprint import record_in_background
+
+            record_in_background(self.store.run_dir(run_id))
         return state
 
     # --- the local queue ------------------------------------------------------------

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +43,8 @@ from backend.security.child_env import child_env
 
 if TYPE_CHECKING:
     from backend.config.presets import HardwarePreset
+
+log = logging.getLogger(__name__)
 
 ABSENT = "absent"
 # distribution names as pip knows them (the first of several spellings that is installed wins)
@@ -58,6 +62,7 @@ DATA_FINGERPRINT_FILE = "data_fingerprint.json"
 DATA_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
 DATA_FINGERPRINT_MAX_BYTES = 64 * 1024
 FINGERPRINT_STAGES = ("sft", "pt")
+RUN_FINGERPRINT_EXAMPLES = 10_000  # what a started run hashes (record_in_background)
 SET_HEADER = b"rocboard-data-fingerprint-set-v1\n"
 HIPCONFIG_TIMEOUT_S = 10
 MAX_FACT_CHARS = 200
@@ -183,10 +188,13 @@ def combine_fingerprints(parts: list[tuple[str, str]]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def record_data_fingerprint(run_dir: Path, timeout_s: float = 300) -> tuple[str | None, list[Finding]]:
+def record_data_fingerprint(
+    run_dir: Path, timeout_s: float = 300, max_examples: int | None = None, helper_only: bool = False
+) -> tuple[str | None, list[Finding]]:
     """Computes the run's data fingerprint (in the helper process) and keeps it in the run;
     (digest, []) or (None, why not: findings of backend/data/lengths.py). A stage the helper
-    cannot encode gives (None, [])."""
+    cannot encode gives (None, []), and so does `helper_only` without the app's warm helper.
+    The examples hashed: the run's max_samples, at most `max_examples` (the worker's limit)."""
     from backend.config.run_form import read_saved_run
     from backend.data.lengths import MAX_EXAMPLES_LIMIT, fingerprint_dataset
 
@@ -194,13 +202,13 @@ def record_data_fingerprint(run_dir: Path, timeout_s: float = 300) -> tuple[str 
     stage = config.method.stage
     if stage not in FINGERPRINT_STAGES or not config.data.datasets:
         return None, []
-    limit = min(config.data.max_samples or MAX_EXAMPLES_LIMIT, MAX_EXAMPLES_LIMIT)
+    limit = min(config.data.max_samples or MAX_EXAMPLES_LIMIT, max_examples or MAX_EXAMPLES_LIMIT, MAX_EXAMPLES_LIMIT)
     parts: list[tuple[str, str]] = []
     examples = 0
     seconds = 0.0
     for name in config.data.datasets:
         found, findings = fingerprint_dataset(
-            config.model.model_name_or_path, config.model.template, config.data.dataset_dir, name, config.data.cutoff_len, stage, limit, timeout_s
+            config.model.model_name_or_path, config.model.template, config.data.dataset_dir, name, config.data.cutoff_len, stage, limit, timeout_s, helper_only
         )
         if found is None:
             return None, findings
@@ -218,6 +226,23 @@ def record_data_fingerprint(run_dir: Path, timeout_s: float = 300) -> tuple[str 
     }
     safe_files.write_atomic(Path(run_dir), DATA_FINGERPRINT_FILE, json.dumps(record, indent=1).encode("utf-8"))
     return digest, []
+
+
+def record_in_background(run_dir: Path) -> threading.Thread:
+    """record_data_fingerprint for a run that just started, in a daemon thread, through the
+    app's warm helper only (RunManager.launch): the first RUN_FINGERPRINT_EXAMPLES examples,
+    so a large dataset costs the helper seconds, not the minutes the trainer's own
+    preprocessing takes. Failures are logged, never raised (nothing waits for it)."""
+
+    def work() -> None:
+        try:
+            record_data_fingerprint(run_dir, max_examples=RUN_FINGERPRINT_EXAMPLES, helper_only=True)
+        except Exception:  # a run deleted meanwhile, a helper that went: the run trains on
+            log.info("no data fingerprint for %s", run_dir, exc_info=True)
+
+    thread = threading.Thread(target=work, name=f"data-fingerprint-{Path(run_dir).name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def read_data_fingerprint(run_dir: Path) -> str | None:
@@ -241,4 +266,5 @@ __all__ = [
     "package_versions",
     "read_data_fingerprint",
     "record_data_fingerprint",
+    "record_in_background",
 ]
