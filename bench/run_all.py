@@ -33,6 +33,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("data", "6. Checking a dataset file", "bench.bench_data"),
     ("ship", "7. After training: chat, evaluate, export", "bench.bench_ship"),
     ("slurm", "8. Slurm runs and the queue", "bench.bench_slurm"),
+    ("health", "9. GPU health alerts", "bench.bench_health"),
 )
 
 INTRO = """\

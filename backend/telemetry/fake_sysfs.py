@@ -11,6 +11,7 @@ entries, which a reader must skip.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def set_busy_percent(root: Path, card: int, percent: int) -> None:
     _replace(Path(root) / "class" / "drm" / f"card{card}" / "device" / "gpu_busy_percent", f"{percent}\n")
 
 
-def set_load(root: Path, loads: dict[int, tuple[int | None, int | None]]) -> None:
+def set_load(root: Path, loads: Mapping[int, tuple[int | None, int | None]]) -> None:
     """Several cards at once: card -> (VRAM used in bytes, busy percent), None leaving one as
     it is. The files change one after another, as a sampler between two of them may see."""
     for card, (used_bytes, percent) in loads.items():
