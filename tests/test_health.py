@@ -173,6 +173,7 @@ def test_the_record_is_bounded_and_hostile_lines_are_skipped(tmp_path):
         "not json", json.dumps({"kind": "rm -rf", "gpu": 1}), json.dumps({"kind": "lost_rank", "gpu": -1, "since": 1, "at": 2}),
         json.dumps({"kind": "stall", "gpu": 3, "since": 1, "at": 2}), json.dumps({"kind": "lost_rank", "gpu": 1, "since": "x", "at": 2}),
         json.dumps({"kind": "imbalance", "node": "n" * 500, "gpu": 0, "since": 1, "at": 2}),
+        json.dumps({"kind": "imbalance", "node": "n1\x1b]0;owned\x07", "gpu": 0, "since": 1, "at": 2}),  # a terminal escape
         json.dumps(good.to_json()), '{"kind": "lost_rank", "gpu": 1, "since": 5.0, "at"',
     ]  # fmt: skip
     (tmp_path / ALERTS_FILE).write_text("\n".join(lines))

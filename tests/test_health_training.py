@@ -154,3 +154,26 @@ def test_stop_on_stall_stops_a_hung_run_saying_why(tmp_path, gpus):
         if board.store.read(state.id).active:
             board.stop(state.id)
         sampler.stop()
+
+
+def test_a_restarted_app_does_not_say_it_again(tmp_path, gpus):
+    """A second app on the same runs folder reads the run's samples from the start: the stall
+    the first recorded is the same episode, no second line."""
+    set_load(gpus, {0: (20 * GIB, 0), 1: (20 * GIB, 0), 2: (20 * GIB, 0)})
+    sampler = Sampler(interval_s=INTERVAL_S, sysfs_root=gpus)
+    sampler.start()
+    settings = HealthSettings(stall_s=1.0)
+    board = RocBoard(tmp_path / "runs", sampler=sampler, export_dir=tmp_path / "exports", health=settings)
+    state = board.store.create("hung", "mi250", "m", {"config.yaml": "", "train.log": ""})
+    board.run_manager.launch(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stall = wait_alert(board, state.id, "stall")
+        again = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports-2", health=settings)
+        again.decisions.follow(state.id)
+        seen_past(again, state.id, stall.at + 2)
+        seen_past(board, state.id, stall.at + 2)
+        assert [e.kind for e in read_events(board.store.run_dir(state.id))] == ["stall"]
+        assert board.store.read(state.id).active  # stop-on-stall is off: the run is left alone
+    finally:
+        board.stop(state.id)
+        sampler.stop()

@@ -136,7 +136,7 @@ class HealthAlert:
         if not isinstance(data, dict) or data.get("kind") not in KINDS:
             return None
         node, gpu, since, at, params = data.get("node", ""), data.get("gpu"), data.get("since"), data.get("at"), data.get("params", {})
-        if not isinstance(node, str) or len(node) > 64 or not isinstance(since, (int, float)) or not isinstance(at, (int, float)):
+        if not isinstance(node, str) or len(node) > 64 or not node.isprintable() or not isinstance(since, (int, float)) or not isinstance(at, (int, float)):
             return None
         if not _finite(since) or not _finite(at) or not isinstance(params, dict):
             return None
@@ -192,7 +192,7 @@ def _clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(light, (list, tuple)):
         clean["light"] = [
             [item[0], item[1]] for item in light[:64]
-            if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) and len(item[0]) <= 64
+            if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) and len(item[0]) <= 64 and item[0].isprintable()
             and isinstance(item[1], int) and not isinstance(item[1], bool) and 0 <= item[1] < 4096
         ]  # fmt: skip
     return clean

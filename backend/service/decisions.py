@@ -62,6 +62,7 @@ class RunDecisions:
             return False  # gone; its trainer was stopped by refresh
         if state.active:
             monitor = self.monitors.get(run_id)
+            monitor.feed_health()  # before its first poll: a restarted app's watch sees the run's readings from the start
             monitor.poll()
             if state.stop_on_nan and monitor.alert() is not None:
                 self.manager.stop_for_alert(run_id)

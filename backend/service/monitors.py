@@ -61,8 +61,9 @@ class RunMonitor:
         self.memory: dict[tuple[str, str, int], MemorySeries] = {}
         self.memory_label = ""
         self.first_sample_at: float | None = None
-        # Every reading as it arrives, for the backend's health watch (take_readings).
-        self.health_feed: deque[Reading] = deque(maxlen=MAX_HEALTH_FEED)
+        # Every reading as it arrives, for the backend's health watch (take_readings), once
+        # it asked (feed_health): a finished run a tab opens keeps none.
+        self.health_feed: deque[Reading] | None = None
         self.counter = 0  # bumps whenever new points or readings arrive
         self._last_poll = 0.0
         self._lock = threading.Lock()
@@ -122,16 +123,25 @@ class RunMonitor:
             return loss
         return loss_alert([{"grad_norm": g} for g in grad_norms])
 
+    def feed_health(self) -> None:
+        """From now on, keep each reading read for take_readings (at most MAX_HEALTH_FEED)."""
+        with self._lock:
+            if self.health_feed is None:
+                self.health_feed = deque(maxlen=MAX_HEALTH_FEED)
+
     def take_readings(self) -> list[Reading]:
         """The readings that arrived since the last call (the newest MAX_HEALTH_FEED), in
         the order they were read: backend/service/decisions.py's health watch sees each once."""
         with self._lock:
+            if self.health_feed is None:
+                return []
             taken = list(self.health_feed)
             self.health_feed.clear()
             return taken
 
     def _add_reading(self, reading: Reading) -> None:
-        self.health_feed.append(reading)
+        if self.health_feed is not None and reading.source != "process":
+            self.health_feed.append(reading)
         if self.first_sample_at is None:
             self.first_sample_at = reading.at
         key = (reading.node, reading.source, reading.gpu)
