@@ -225,3 +225,43 @@ def test_every_alert_in_words_in_both_languages(tmp_path, locale):
             if locale == "zh-CN":
                 assert english_runs(text) == [], text
     assert table_mark(tmp_path / "none", "finished", locale) == "finished"
+
+
+def test_a_finished_run_shows_its_alerts_on_the_panel_in_the_table_and_in_status(tmp_path):
+    """Read from the run's folder alone (no process): what a restarted app shows."""
+    import io
+
+    from backend.runs_cli import status_main
+    from backend.service import RocBoard
+
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports")
+    state = board.store.create("gpus", "mi250", "m", {"config.yaml": "", "train.log": ""})
+    board.store.update(state.id, state="finished", exit_code=0)
+    run_dir = board.store.run_dir(state.id)
+    lost = HealthAlert("lost_rank", "", 3, 10.0, 130.0, {"busy_pct": 0.0, "others_pct": 97.0})
+    append_events(run_dir, [lost, EpisodeEnd("lost_rank", "", 3, 10.0, 200.0)])
+    assert "GPU 3 has been idle (0 % busy) for 120 s" in board.run_view(state.id, "en").alert.replace("\\", "")
+    assert "GPU 3 已空闲 120 秒" in board.run_view(state.id, "zh-CN").alert
+    for locale, word in (("en", "finished ⚠1"), ("zh-CN", "已完成 ⚠1")):
+        _, shown, _ = board.history_table(locale)
+        assert [row[2] for row in shown if row[0] == state.id] == [word]
+    out = io.StringIO()
+    assert status_main([state.id, "--runs-dir", str(tmp_path / "runs"), "--lang", "zh-CN"], out=out, err=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    assert "⚠ 1 条 GPU 告警" in lines[0] and "丢失进程" in lines[0]
+    assert lines[1].startswith("  ⚠ 丢失进程：GPU 3 已空闲") and "NCCL_DEBUG=INFO" in lines[2]
+    out = io.StringIO()
+    assert status_main([state.id, "--runs-dir", str(tmp_path / "runs"), "--json"], out=out, err=io.StringIO()) == 0
+    (alert,) = json.loads(out.getvalue())["health_alerts"]
+    assert (alert["kind"], alert["gpu"], alert["ended"]) == ("lost_rank", 3, 200.0)
+
+
+def test_the_serve_flags_set_the_thresholds_within_their_bounds():
+    from ui.serve import parse_args
+
+    args = parse_args(["--health-stall-s", "90", "--health-imbalance-ratio", "8", "--health-stop-on-stall"])
+    assert (args.health.stall_s, args.health.imbalance_ratio, args.health.stop_on_stall, args.health.lost_rank_s) == (90, 8, True, 120)
+    assert parse_args([]).health == HealthSettings()
+    for bad in (["--health-stall-s", "0"], ["--health-idle-pct", "60"], ["--health-busy-pct", "3", "--health-idle-pct", "5"], ["--health-lost-rank-s", "nan"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
