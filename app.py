@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "submit": "backend.runs_cli:submit_main",
     "status": "backend.runs_cli:status_main",
     "stop": "backend.runs_cli:stop_main",
+    "validate": "backend.validate.cli",
 }
 
 

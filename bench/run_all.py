@@ -34,6 +34,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("ship", "7. After training: chat, evaluate, export", "bench.bench_ship"),
     ("slurm", "8. Slurm runs and the queue", "bench.bench_slurm"),
     ("health", "9. GPU health alerts", "bench.bench_health"),
+    ("validate", "10. The validation path: one GPU, N GPUs, a fault drill", "bench.bench_validate"),
 )
 
 INTRO = """\

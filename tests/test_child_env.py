@@ -43,7 +43,7 @@ from backend.config.distributed import (
 from backend.config.presets import PRESETS_DIR, load_presets
 from backend.findings import translate_finding
 from backend.runs import LOG_FILE, RunStore
-from backend.runs.launcher import OFFLINE_ENV, trainer_env
+from backend.runs.launcher import OFFLINE_ENV, TRAINER_SITE, trainer_env
 from backend.runs.queue import launch_file
 from backend.security import child_env as rules
 from backend.security.child_env import (
@@ -441,7 +441,10 @@ def test_the_trainers_proc_environ_holds_no_secret_and_keeps_what_training_needs
     environ = wait_for(lambda: (seen := psutil.Process(state.pid).environ()) and "PATH" in seen and seen, timeout=10)
     launcher.stop(run_id)
     assert no_secret_in(environ) == []
-    assert not any(name.startswith(("GRADIO_", "ROCBOARD_", "PYTHONPATH", "PYTHONWARNINGS")) for name in environ)
+    assert not any(name.startswith(("GRADIO_", "ROCBOARD_", "PYTHONWARNINGS")) for name in environ)
+    # A CPU plan of several processes: RocBoard's own trainer_site folder, and nothing else
+    # (it lets transformers resume such a run: backend/runs/trainer_site/sitecustomize.py).
+    assert environ["PYTHONPATH"] == str(TRAINER_SITE)
     assert environ["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # the venv's torchrun first
     assert {k: environ[k] for k in OFFLINE_ENV} == OFFLINE_ENV
     assert (environ["OMP_NUM_THREADS"], environ["HSA_OVERRIDE_GFX_VERSION"], environ["FORCE_TORCHRUN"], environ["NPROC_PER_NODE"]) == ("1", "11.0.0", "1", "2")

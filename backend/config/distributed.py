@@ -61,6 +61,9 @@ PLAN_VARIABLES: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES",
 )
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+# Set by launch_env for a CPU plan of several processes; the launcher turns it into the
+# trainer's PYTHONPATH (RocBoard's own trainer_site folder): never a user's setting.
+CPU_WORKERS_VARIABLE = "ROCBOARD_CPU_WORKERS"
 
 
 @dataclass(frozen=True)
@@ -444,6 +447,10 @@ def launch_env(plan: DistributedPlan, inherited_path: str | None = None) -> dict
     env = distributed_env(plan)
     path = os.environ.get("PATH", "") if inherited_path is None else inherited_path
     env["PATH"] = os.pathsep.join(p for p in (str(torchrun_dir()), path) if p)
+    if plan.on_cpu and plan.world_size > 1:
+        # Its workers get RocBoard's trainer_site on their path, so that a resume can load
+        # the checkpoint's optimizer (backend/runs/trainer_site/sitecustomize.py says why).
+        env[CPU_WORKERS_VARIABLE] = "1"
     return env
 
 

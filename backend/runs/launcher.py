@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from backend.config.distributed import PLAN_VARIABLES
+from backend.config.distributed import CPU_WORKERS_VARIABLE, PLAN_VARIABLES
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore, attempt_fields, safe_files
 from backend.runs.trainer_log import log_path, read_log_tail
 from backend.security.child_env import child_env, refused_settings
@@ -61,6 +61,11 @@ def llamafactory_cli() -> str:
     return found
 
 
+# RocBoard's own module folder for the workers of a CPU run of several processes (never a
+# user's: PYTHONPATH is not settable, backend/security/child_env.py).
+TRAINER_SITE = Path(__file__).resolve().parent / "trainer_site"
+
+
 def trainer_command(config_file: str = CONFIG_FILE) -> list[str]:
     return [llamafactory_cli(), "train", config_file]
 
@@ -73,6 +78,7 @@ LAUNCH_NAMES: frozenset[str] = frozenset(
     {
         "PATH",
         *PLAN_VARIABLES,
+        CPU_WORKERS_VARIABLE,
         "HF_HOME",
         "HF_HUB_CACHE",
         "HF_DATASETS_CACHE",
@@ -103,6 +109,10 @@ def trainer_env(run_dir: Path, preset_env: Mapping[str, str], base: Mapping[str,
         path = os.pathsep.join([here, path]) if path else here
     own["PATH"] = path
     own["LLAMABOARD_WORKDIR"] = str(run_dir / OUTPUT_DIR)
+    if own.pop(CPU_WORKERS_VARIABLE, None) == "1":
+        # A CPU run of several processes: its workers load trainer_site/sitecustomize.py, which
+        # lets transformers resume it (its optimizer is loaded onto "cpu:0"; the module says why).
+        own["PYTHONPATH"] = str(TRAINER_SITE)
     return child_env(base, settings, own)
 
 

@@ -2,7 +2,7 @@
 
 Its shape (docs/architecture.md, "The facade"; held by tests/test_architecture.py): the page
 calls RocBoard's own methods, and the desks it hands out by name (`RocBoard.DESKS`: data,
-chat, evaluations, exports), each the whole of one tab's questions. Everything else it holds
+chat, evaluations, exports, validation), each the whole of one tab's questions. Everything else it holds
 (store, run_manager, pipeline, monitors, decisions, doctor, helper) is the backend's own: the
 page never reaches into it. The facade decides nothing itself; each method is one call into
 the part whose concern it is.
@@ -48,6 +48,7 @@ from backend.service.monitors import CATCH_UP_SAMPLE_BYTES, POLL_INTERVAL_S, Mon
 from backend.service.pipeline import ConfigPipeline, LlamaFactoryCheckCache, Preview
 from backend.service.run_manager import RunManager, StartResult
 from backend.service.run_view import RunView, panel_view
+from backend.service.validation_desk import ValidationDesk
 from backend.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class RocBoard:
 
     # The parts the page is handed by name, each a tab's whole interface (the page may call
     # `board.<desk>.<method>`); every other attribute set in __init__ is not the page's.
-    DESKS = ("data", "chat", "evaluations", "exports")
+    DESKS = ("data", "chat", "evaluations", "exports", "validation")
 
     def __init__(
         self,
@@ -124,6 +125,8 @@ class RocBoard:
         self.evaluations = EvaluationDesk(self.store, self.run_manager, self.pipeline, self.data)
         # Exports write under their own folder, ~/rocboard-exports, unless --export-root names others.
         self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
+        # The validation path (one GPU, N GPUs, a fault drill): its rungs are runs like any other.
+        self.validation = ValidationDesk(self, lambda: self.presets, self.active_run, export_dir=self.export_dir)
         self.helper: LlamaFactoryHelper | None = None
         if warm_helper:
             self.start_helper()
@@ -146,6 +149,7 @@ class RocBoard:
         left); trainers keep running and are found again on the next start, and so do the
         queue and the Slurm jobs."""
         self.run_manager.stop_keeping_queue()
+        self.validation.close()
         self.chat.close()
         self.exports.close()
         self.close_helper()

@@ -1,0 +1,170 @@
+"""The validation path (backend/validate/path.py), its desk and `python app.py validate`.
+
+One real end-to-end path of rungs 1-3 on the demo model (the CLI as a subprocess: a baseline
+run, 2 DDP workers on gloo whose curve must match it step by step, and a fault drill that
+SIGKILLs a real torchrun worker, sees the failure, resumes from the last checkpoint and checks
+the curve continues), then a deliberately wrong rung 2 (twice the global batch) against the
+same baseline run, which must fail with the named cause. Bad input is refused before anything
+is made, in the chosen language.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.runs import LOG_FILE, RunStore
+from backend.validate.path import RequestError, ValidationRequest, check_request, killed_ranks, parse_rungs
+from backend.validate.report import list_reports, validation_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TORCHRUN_FAILURE = """\
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_01:29:50
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 24162)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 24162
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 24161)  (SIGTERM)
+"""
+
+
+def test_the_killed_rank_is_read_from_torchruns_failure_report():
+    assert killed_ranks(TORCHRUN_FAILURE) == [1]
+    assert killed_ranks(TORCHRUN_FAILURE.replace("-9 (pid", "1 (pid")) == []
+
+
+# --- bad input: refused before anything is made ------------------------------------------------
+
+
+@pytest.fixture
+def presets():
+    from backend.config.presets import load_presets
+
+    return load_presets()[0]
+
+
+@pytest.mark.parametrize(
+    "changes, message_id",
+    [
+        ({"gpus": 99}, "validate.bad.cpu_processes"),
+        ({"gpus": 1}, "validate.bad.gpus_few"),
+        ({"preset": "nope"}, "validate.bad.preset"),
+        ({"model": "/nonexistent/model"}, "validate.bad.model"),
+        ({"dataset_dir": "/tmp", "dataset": "x"}, "validate.bad.dataset"),
+        ({"drill_step": 4, "save_steps": 4}, "validate.bad.drill_step"),
+        ({"rungs": ("n_gpus",)}, "validate.bad.needs_baseline"),
+        ({"base_run": "no-such-run", "rungs": ("n_gpus",)}, "validate.bad.base_run"),
+        ({"tolerance": float("nan")}, "validate.bad.tolerance"),
+        ({"max_steps": 10**9}, "validate.bad.number"),
+    ],
+)
+def test_bad_requests_are_refused_with_a_message_id(tmp_path, presets, demo_assets, changes, message_id):
+    store = RunStore(tmp_path)
+    store.ensure_root()
+    with pytest.raises(RequestError) as refused:
+        check_request(ValidationRequest(**changes), presets, store)
+    assert refused.value.message_id == message_id
+
+
+def test_a_good_request_gets_the_demos_model_and_data(tmp_path, presets, demo_assets):
+    checked = check_request(ValidationRequest(rungs=("fault_drill", "one_gpu")), presets, RunStore(tmp_path))
+    assert checked.model == str(demo_assets.model_dir) and checked.dataset == demo_assets.dataset_name
+    assert checked.rungs == ("one_gpu", "fault_drill")  # always in the path's order
+    with pytest.raises(RequestError) as refused:
+        parse_rungs("one_gpu,warp")
+    assert refused.value.message_id == "validate.bad.rung" and refused.value.params["rung"] == "warp"
+
+
+def test_the_cli_refuses_bad_input_in_chinese_and_starts_nothing(tmp_path, demo_assets):
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "validate", "--gpus", "99", "--lang", "zh-CN", "--runs-dir", str(runs)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "在 CPU 上请求了 99 个进程" in done.stderr
+    assert not validation_dir(runs).exists() and RunStore(runs).list() == []
+    bad_rung = subprocess.run([sys.executable, str(ROOT / "app.py"), "validate", "--rungs", "one_gpu,warp", "--runs-dir", str(runs)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad_rung.returncode == 2 and "warp is not a rung" in bad_rung.stderr
+
+
+# --- the real path on the demo ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def path_run(tmp_path_factory, demo_assets, starts_trainer, starts_lf_helper):
+    """`python app.py validate` with its defaults: rungs 1-3 on the demo, 2 CPU processes."""
+    runs = tmp_path_factory.mktemp("validate") / "runs"
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "app.py"), "validate", "--runs-dir", str(runs)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    return done, runs, time.monotonic() - began
+
+
+def test_rungs_one_to_three_pass_on_the_demo_with_real_figures(path_run):
+    done, runs, wall = path_run
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    [report] = list_reports(runs)
+    assert f"Report: {validation_dir(runs) / (report.id + '.json')}" in done.stdout
+    one, many, drill = report.rungs
+    assert [r.rung for r in report.rungs] == ["one_gpu", "n_gpus", "fault_drill"]
+    assert [r.status for r in report.rungs] == ["pass", "pass", "pass"], [r.causes for r in report.rungs]
+    store = RunStore(runs)
+    for rung in report.rungs:
+        [run_id] = rung.run_ids
+        assert store.read(run_id).state == "finished"  # a real run in the runs folder
+    # Rung 1: the baseline's curve, throughput, and no VRAM on the CPU.
+    assert [step for step, _ in one.curve] == list(range(1, 25))
+    assert one.figures["tokens_per_s"] > 0 and one.figures["steps_per_s"] > 0
+    assert one.figures["vram_peak_mib_per_gpu"] == "-" and one.figures["global_batch"] == 4
+    # Rung 2: two DDP workers, the same global batch, the same curve step by step.
+    log = (store.run_dir(many.run_ids[0]) / LOG_FILE).read_text(errors="replace")
+    assert "Process rank: 1, world size: 2" in log
+    assert many.figures["global_batch"] == many.figures["baseline_global_batch"] == 4
+    assert many.figures["steps_compared"] == 24
+    assert many.figures["max_loss_gap"] <= 1e-4  # measured: ~2e-7 (float sums in another order)
+    assert 0 < many.figures["scaling_efficiency"] <= 1.5
+    # Rung 3: a real worker killed after the drill step, seen, named, resumed, continuous.
+    assert drill.figures["killed_rank"] == "1" and drill.figures["failure_named"] != "-"
+    assert drill.figures["killed_at_step"] >= 10 and drill.figures["processes_left"] == 0
+    assert drill.figures["resumed_from_step"] == 6  # the last checkpoint before the kill
+    assert drill.figures["retrained_steps"] >= 1 and drill.figures["max_resume_jump"] <= 1e-4
+    assert drill.figures["max_loss_gap"] <= 1e-4  # the drill's whole curve is rung 2's
+    assert store.read(drill.run_ids[0]).attempts == 2
+    assert [step for step, _ in drill.curve] == list(range(1, 25))
+    for rung in report.rungs:
+        assert rung.figures["rocboard_overhead_s"] >= 0 and rung.figures["rung_wall_s"] > 0
+    print(f"\nvalidation path rungs 1-3: {wall:.0f} s; overhead per rung: {[r.figures['rocboard_overhead_s'] for r in report.rungs]}")
+
+
+def test_a_different_global_batch_fails_rung_2_with_the_named_cause(path_run):
+    from backend.service import RocBoard
+    from backend.service.validation_desk import ValidationDesk
+
+    _, runs, _ = path_run
+    [earlier] = list_reports(runs)
+    baseline = earlier.rungs[0].run_ids[0]
+    board = RocBoard(runs)
+    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {})
+    try:
+        path_id = desk.start(ValidationRequest(rungs=("n_gpus",), base_run=baseline, n_gpus_batch=2))
+        status = desk.wait(path_id, timeout=600)
+        assert status.done
+        [rung] = desk.report(path_id).rungs
+    finally:
+        board.close()
+    assert rung.status == "fail"
+    assert rung.figures["global_batch"] == 8 and rung.figures["baseline_global_batch"] == 4
+    ids = [note.message_id for note in rung.causes]
+    assert ids == ["validate.cause.curve_mismatch", "validate.cause.global_batch"]
+    assert rung.causes[1].params == {"one": 4, "many": 8, "processes": 2}
+    assert rung.figures["first_step_beyond"] >= 1 and rung.figures["max_loss_gap"] > 0.02
