@@ -18,7 +18,9 @@ from backend.i18n import translate as t
 from backend.validate.report import Comparison, FigureMove, Note, RungResult, ValidationReport
 from backend.view import escape_markdown
 
-NOTE_PREFIX = "validate."
+# A rung's causes are the path's own messages, and RocBoard's diagnosis of a failed run's log
+# (diagnose.<rule>.cause / .fix: backend/validate/path.py failure_causes).
+NOTE_PREFIX = ("validate.", "diagnose.")
 MAX_SHOWN_CHARS = 300
 
 
