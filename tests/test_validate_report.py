@@ -23,6 +23,7 @@ from backend.validate.fingerprint import (
     DATA_FINGERPRINT_FILE,
     combine_fingerprints,
     machine_fingerprint,
+    path_data_fingerprint,
     read_data_fingerprint,
     record_data_fingerprint,
 )
@@ -433,3 +434,5 @@ def test_a_run_started_beside_the_warm_helper_records_its_data_fingerprint(tmp_p
     digest, _ = record_data_fingerprint(tmp_path / "runs" / run_id)
     assert read_data_fingerprint(run_dir) == digest
     assert json.loads((run_dir / DATA_FINGERPRINT_FILE).read_text())["examples"] == 30
+    # the report's: the first run that has one (nothing recomputed)
+    assert path_data_fingerprint([tmp_path / "none", run_dir]) == digest

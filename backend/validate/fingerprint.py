@@ -245,6 +245,22 @@ def record_in_background(run_dir: Path) -> threading.Thread:
     return thread
 
 
+def path_data_fingerprint(run_dirs: list[Path]) -> str | None:
+    """The data fingerprint a validation report shows: that of the first of its runs that has
+    one, recorded now (helper, else the one-shot worker) when none was; None when no run can
+    be fingerprinted. Every rung trains on the same data, so one stands for all."""
+    for run_dir in run_dirs:
+        digest = read_data_fingerprint(run_dir)
+        if digest is not None:
+            return digest
+    for run_dir in run_dirs[:1]:
+        try:
+            return record_data_fingerprint(run_dir)[0]
+        except (OSError, ValueError):
+            return None
+    return None
+
+
 def read_data_fingerprint(run_dir: Path) -> str | None:
     """The run's recorded data fingerprint; None when there is none (or the file is a link,
     too large, or not one RocBoard wrote)."""
@@ -264,6 +280,7 @@ __all__ = [
     "hip_version",
     "machine_fingerprint",
     "package_versions",
+    "path_data_fingerprint",
     "read_data_fingerprint",
     "record_data_fingerprint",
     "record_in_background",
