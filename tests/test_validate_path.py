@@ -19,7 +19,9 @@ import pytest
 
 from backend.runs import LOG_FILE, RunStore
 from backend.validate.path import RequestError, ValidationRequest, check_request, killed_ranks, parse_rungs
-from backend.validate.report import list_reports, validation_dir
+from backend.validate.report import list_reports, load_report, validation_dir
+from tests.harness import wait_for
+from tests.tiers import starts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,3 +170,34 @@ def test_a_different_global_batch_fails_rung_2_with_the_named_cause(path_run):
     assert ids == ["validate.cause.curve_mismatch", "validate.cause.global_batch"]
     assert rung.causes[1].params == {"one": 4, "many": 8, "processes": 2}
     assert rung.figures["first_step_beyond"] >= 1 and rung.figures["max_loss_gap"] > 0.02
+
+
+@starts("trainer", "lf_helper")
+def test_a_path_stopped_at_rung_1_stops_its_run_and_says_so(tmp_path, demo_assets):
+    import psutil
+
+    from backend.service import RocBoard
+    from backend.service.validation_desk import ValidationDesk
+
+    board = RocBoard(tmp_path / "runs")
+    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {"preset": "cpu-demo"})
+    try:
+        path_id = desk.start(ValidationRequest())
+        with pytest.raises(RequestError) as refused:  # one path at a time
+            desk.start(ValidationRequest())
+        assert refused.value.message_id == "validate.bad.path_running"
+        run_id = wait_for(lambda: (status := desk.status(path_id)).run_id and board.store.read(status.run_id).pid and status.run_id, timeout=120)
+        assert run_id and desk.running() == path_id
+        trainer = psutil.Process(board.store.read(run_id).pid)
+        tree = [trainer, *trainer.children(recursive=True)]
+        desk.stop(path_id)
+        status = desk.wait(path_id, timeout=60)
+    finally:
+        board.close()
+    assert status.done and status.rungs == {"one_gpu": "stopped", "n_gpus": "skipped", "fault_drill": "skipped"}
+    assert status.progress.message_id == "validate.progress.stopped"
+    report = load_report(board.runs_dir, path_id)  # saved, whole, saying so
+    assert [(r.rung, r.status) for r in report.rungs] == [("one_gpu", "stopped"), ("n_gpus", "skipped"), ("fault_drill", "skipped")]
+    assert report.rungs[0].run_ids == (run_id,) and report.machine == {"preset": "cpu-demo"}
+    assert board.store.read(run_id).state == "stopped"
+    assert [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []

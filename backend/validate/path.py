@@ -436,7 +436,8 @@ class ValidationPath:
             self._set(done=True, current=None, run_id=None)
             raise
         self._set(current=None, run_id=None, done=True)
-        self._progress("validate.progress.done", passed=sum(r.status == "pass" for r in self.results), rungs=len(self.results))
+        passed = sum(r.status == "pass" for r in self.results)
+        self._progress("validate.progress.stopped" if self.stopping else "validate.progress.done", passed=passed, rungs=len(self.results))
         return self.report()
 
     _made: dict[str, list[str]]
