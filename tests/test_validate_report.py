@@ -133,6 +133,7 @@ HOSTILE = {
     "not JSON": (b"{'id': 1}", "validate.report.not_json"),
     "not UTF-8": (b'{"id": "\xff"}', "validate.report.not_utf8"),
     "NaN": (_with(lambda d: None).replace(b'"created_at": 1764637200.0', b'"created_at": NaN'), "validate.report.not_finite"),
+    "a 5000-digit number": (_with(lambda d: None).replace(b'"created_at": 1764637200.0', b'"created_at": 1' + b"0" * 5000), "validate.report.not_json"),
     "a list, not an object": (b"[]", "validate.report.bad_field"),
     "created_at is text": (_with(lambda d: d.update(created_at="yesterday")), "validate.report.bad_field"),
     "rungs is text": (_with(lambda d: d.update(rungs="all")), "validate.report.bad_field"),

@@ -188,7 +188,9 @@ def report_from_json(text: str | bytes) -> ValidationReport:
         data = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
         raise ReportError("validate.report.too_deep") from None
-    except json.JSONDecodeError as error:
+    except ReportError:  # NaN or Infinity (_refuse_constant)
+        raise
+    except ValueError as error:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise ReportError("validate.report.not_json", error=json_error(error)) from None
     return report_from_dict(data)
 
