@@ -201,3 +201,33 @@ def test_a_path_stopped_at_rung_1_stops_its_run_and_says_so(tmp_path, demo_asset
     assert report.rungs[0].run_ids == (run_id,) and report.machine == {"preset": "cpu-demo"}
     assert board.store.read(run_id).state == "stopped"
     assert [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_vram_peaks_per_gpu_come_from_the_samplers_own_file_and_an_imbalance_is_named(tmp_path):
+    """The sampler (on the project's simulated AMD sysfs) writes the run's samples; the path
+    reads each GPU's peak from them, and rung 2's imbalance figure from the peaks."""
+    from backend.runs import SAMPLES_FILE
+    from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards, set_vram_used
+    from backend.telemetry.sampler import Sampler
+    from backend.telemetry.sysfs import SysfsSource
+    from backend.validate.path import _imbalance, vram_peaks
+
+    store = RunStore(tmp_path / "runs")
+    store.ensure_root()
+    run_id = store.create(name="gpus", preset="mi300x", model="m", files={LOG_FILE: ""}).id
+    root = build_fake_sysfs(tmp_path / "sys", server_cards(2))  # card N is HIP device N
+    sampler = Sampler([SysfsSource(root, env={})], interval_s=0.05)
+    samples = store.run_dir(run_id) / SAMPLES_FILE
+    sampler.watch(samples, pid=None)
+    try:
+        for card, used in ((0, 6 * 2**30), (1, 2 * 2**30)):
+            set_vram_used(root, card, used)
+        sampler.tick()
+        set_vram_used(root, 0, 3 * 2**30)  # the peak stays
+        sampler.tick()
+    finally:
+        sampler.stop()
+    peaks = vram_peaks(store, run_id)
+    assert peaks == "0:6144,1:2048"
+    assert _imbalance(peaks) == pytest.approx(2 / 3, abs=1e-3)
+    assert vram_peaks(store, store.create(name="cpu", preset="cpu-demo", model="m", files={LOG_FILE: ""}).id) == ""

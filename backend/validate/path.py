@@ -246,8 +246,9 @@ def run_figures(store: RunStore, run_id: str) -> dict[str, float | int | str]:
 
 
 def vram_peaks(store: RunStore, run_id: str) -> str:
-    """`0:1234,1:1220` from the run's telemetry samples (the sampler writes them while a run
-    trains on GPUs); "" when it has none (the CPU, or no sampler)."""
+    """`0:1234,1:1220` (MiB) from the run's telemetry samples (one backend.telemetry Reading a
+    line, written by the sampler while a run trains here); "" when it has none of a GPU (the
+    CPU: the "process" source is the trainer's RAM, not VRAM)."""
     import json
 
     from backend.runs import SAMPLES_FILE
@@ -256,21 +257,20 @@ def vram_peaks(store: RunStore, run_id: str) -> str:
         data = safe_files.read_tail(store.run_dir(run_id), SAMPLES_FILE, 4 * 1024 * 1024)
     except (OSError, ValueError):
         return ""
-    peaks: dict[str, float] = {}
+    peaks: dict[str, int] = {}
     for line in data.splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        gpus = record.get("gpus") if isinstance(record, dict) else None
-        for gpu in gpus if isinstance(gpus, list) else []:
-            if not isinstance(gpu, dict):
-                continue
-            index, used = gpu.get("index"), gpu.get("vram_used_mib", gpu.get("vram_used"))
-            if isinstance(used, (int, float)) and not isinstance(used, bool):
-                key = str(index)
-                peaks[key] = max(peaks.get(key, 0.0), float(used))
-    return ",".join(f"{k}:{round(v)}" for k, v in sorted(peaks.items()))
+        if not isinstance(record, dict) or record.get("source") == "process":
+            continue
+        gpu, used = record.get("gpu"), record.get("used_bytes")
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or isinstance(used, bool) or not isinstance(used, int):
+            continue
+        key = f"{record.get('node')}/{gpu}" if record.get("node") else str(gpu)
+        peaks[key] = max(peaks.get(key, 0), used)
+    return ",".join(f"{key}:{round(used / 2**20)}" for key, used in sorted(peaks.items()))
 
 
 def global_batch(store: RunStore, run_id: str) -> int | None:
