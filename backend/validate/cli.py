@@ -95,9 +95,19 @@ def main(argv: list[str] | None = None) -> int:
         per_device_batch=args.per_device_batch,
         n_gpus_batch=args.n_gpus_batch,
     )
+    from backend.config.presets import load_presets
     from backend.service import RocBoard
 
-    board = RocBoard(args.runs_dir)
+    preset = load_presets()[0].get(args.preset)
+    sampler = None
+    if preset is not None and not preset.use_cpu:
+        # The GPUs' VRAM per rung (vram_peak_mib_per_gpu) comes from the run's samples, which
+        # the app's sampler writes while a run trains here: the command line runs one too.
+        from backend.telemetry.sampler import Sampler
+
+        sampler = Sampler()
+        sampler.start()
+    board = RocBoard(args.runs_dir, sampler=sampler)
     desk = board.validation
     earlier: ValidationReport | None = None
     try:
@@ -147,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(comparison_markdown(compare_reports(earlier, report), lang), flush=True)
     board.close()
+    if sampler is not None:
+        sampler.stop()
     return 0 if all(r.status in ("pass", "skipped") for r in report.rungs) and status.error is None else 1
 
 
