@@ -16,7 +16,7 @@ from typing import Any
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, render_message
 from backend.i18n import translate as t
 from backend.validate.report import Comparison, FigureMove, Note, RungResult, ValidationReport
-from backend.view import escape_markdown
+from backend.view import escape_markdown, markdown_message
 
 # A rung's causes are the path's own messages, and RocBoard's diagnosis of a failed run's log
 # (diagnose.<rule>.cause / .fix: backend/validate/path.py failure_causes).
@@ -52,11 +52,14 @@ def _number(value: Any) -> str:
 
 
 def note_markdown(note: Note, locale: str = "en") -> str:
-    """A cause or fix of a rung: its message in `locale` with its params escaped."""
+    """A cause or fix of a rung: its message in `locale`, nothing a value brought rendered as
+    Markdown or HTML."""
     if not note.message_id.startswith(NOTE_PREFIX) or note.message_id not in CATALOGUE[DEFAULT_LOCALE]:
         return t("validate.view.unknown_note", locale, id=_e(note.message_id, 120))
-    params = {name: _e(value, 200) if isinstance(value, str) else _number(value) for name, value in note.params.items()}
-    return render_message(note.message_id, params, locale)
+    # rendered with the values as they are, then escaped outside its code spans (as a
+    # finding is: backend/view.py markdown_message), so a value inside `...` reads as written
+    params = {name: value if isinstance(value, str) else _number(value) for name, value in note.params.items()}
+    return markdown_message(render_message(note.message_id, params, locale))
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
