@@ -435,5 +435,8 @@ def test_a_run_started_beside_the_warm_helper_records_its_data_fingerprint(tmp_p
     digest, _ = record_data_fingerprint(tmp_path / "runs" / run_id)
     assert read_data_fingerprint(run_dir) == digest
     assert json.loads((run_dir / DATA_FINGERPRINT_FILE).read_text())["examples"] == 30
+    for locale, words in (("en", "Data fingerprint"), ("zh-CN", "数据指纹")):  # on the run panel
+        status = board.run_view(run_id, locale).status
+        assert f"{words}" in status and digest in status, status
     # the report's: the first run that has one (nothing recomputed)
     assert path_data_fingerprint([tmp_path / "none", run_dir]) == digest
