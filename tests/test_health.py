@@ -107,7 +107,7 @@ def test_a_stall_fires_once_when_every_gpu_is_idle_and_the_log_is_quiet():
 def test_a_new_log_line_ends_a_stall_and_restarts_its_time():
     watch = HealthWatch(FAST)
     idle = [(30.0, 0.0)] * 2
-    events = watch.observe(series(0, 6, idle), log_at=0.0)
+    events = watch.observe(tick(-1, [(30.0, 90.0)] * 2) + series(0, 6, idle), log_at=0.0)
     assert [a.kind for a in alerts_of(events)] == ["stall"]
     events = watch.observe(series(6, 2, idle), log_at=6.5)  # the trainer printed a line
     assert [type(e) for e in events] == [EpisodeEnd]
@@ -115,9 +115,18 @@ def test_a_new_log_line_ends_a_stall_and_restarts_its_time():
     assert [(a.kind, a.since) for a in alerts_of(events)] == [("stall", 6.5)]
 
 
+def test_gpus_that_never_trained_neither_stall_nor_carry_the_run():
+    """A CPU run that sees GPUs (the demo on a GPU machine), or one still loading: its GPUs
+    idle and its log quiet a while is no hang; another program's memory on one is no imbalance."""
+    watch = HealthWatch(FAST)
+    assert watch.observe(series(0, 30, [(60.0, 0.0), (0.3, 0.0)]), log_at=0.0) == []
+
+
 def test_no_decision_while_the_run_is_not_training():
     watch = HealthWatch(FAST)
-    assert watch.observe(series(0, 30, [(30.0, 0.0)] * 2), log_at=0.0, training=False) == []
+    trained = tick(-1, [(30.0, 90.0)] * 2)
+    assert watch.observe(trained + series(0, 30, [(30.0, 0.0)] * 2), log_at=0.0, training=False) == []
+    assert [a.kind for a in alerts_of(HealthWatch(FAST).observe(trained + series(0, 30, [(30.0, 0.0)] * 2), log_at=0.0))] == ["stall"]
 
 
 def test_a_gap_in_the_readings_starts_an_unfired_condition_again():

@@ -129,8 +129,15 @@ def test_imbalance_lost_rank_and_stall_each_fire_once_under_a_demo_trainer(tmp_p
         sampler.stop()
 
 
+def hang_after_training(board, gpus, run_id):
+    """The stand-in's GPUs train a moment (as seen by the backend), then all go idle: with no
+    log line ever, a stall."""
+    seen_past(board, run_id, 0)
+    seen_past(board, run_id, board.decisions.health_seen(run_id) or 0)
+    set_load(gpus, {0: (None, 0), 1: (None, 0), 2: (None, 0)})
+
+
 def test_stop_on_stall_stops_a_hung_run_saying_why(tmp_path, gpus):
-    set_load(gpus, {0: (20 * GIB, 0), 1: (20 * GIB, 0), 2: (20 * GIB, 0)})
     sampler = Sampler(interval_s=INTERVAL_S, sysfs_root=gpus)
     sampler.start()
     board = RocBoard(tmp_path / "runs", sampler=sampler, export_dir=tmp_path / "exports", health=HealthSettings(stall_s=1.0, stop_on_stall=True))
@@ -138,9 +145,13 @@ def test_stop_on_stall_stops_a_hung_run_saying_why(tmp_path, gpus):
     # A stand-in trainer that never writes a line, launched as the run manager launches one.
     board.run_manager.launch(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        hang_after_training(board, gpus, state.id)
+
         def ended():
+            # The trainer's end is recorded first ("stopped by the user"), the stall's reason
+            # over it a moment later (as a stop on NaN does).
             now = board.store.read(state.id)
-            return None if now.active else now
+            return None if now.active or now.stop_reason != "reason.stopped_on_stall" else now
 
         stopped = wait_for(ended, timeout=30, interval=0.2)
         assert stopped is not None, "the stalled run was not stopped"
@@ -159,7 +170,6 @@ def test_stop_on_stall_stops_a_hung_run_saying_why(tmp_path, gpus):
 def test_a_restarted_app_does_not_say_it_again(tmp_path, gpus):
     """A second app on the same runs folder reads the run's samples from the start: the stall
     the first recorded is the same episode, no second line."""
-    set_load(gpus, {0: (20 * GIB, 0), 1: (20 * GIB, 0), 2: (20 * GIB, 0)})
     sampler = Sampler(interval_s=INTERVAL_S, sysfs_root=gpus)
     sampler.start()
     settings = HealthSettings(stall_s=1.0)
@@ -167,6 +177,7 @@ def test_a_restarted_app_does_not_say_it_again(tmp_path, gpus):
     state = board.store.create("hung", "mi250", "m", {"config.yaml": "", "train.log": ""})
     board.run_manager.launch(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        hang_after_training(board, gpus, state.id)
         stall = wait_alert(board, state.id, "stall")
         again = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports-2", health=settings)
         again.decisions.follow(state.id)

@@ -4,14 +4,19 @@ Given a run's per-GPU readings over time (backend/telemetry/base.py `Reading`, a
 monitor reads them from its samples) and the time of its last new log line, `HealthWatch`
 decides, with typed thresholds (`HealthSettings`):
 
-- **imbalance**: one GPU holds at least `loaded_pct` % of its VRAM while another of the run's
-  GPUs holds `imbalance_ratio` times less, for `imbalance_s` ("one card full, the others
-  watching": `device_map`, a single process on several GPUs, a wrong ZeRO stage, offload);
+- **imbalance**: one GPU, seen training, holds at least `loaded_pct` % of its VRAM while
+  another of the run's GPUs holds `imbalance_ratio` times less, for `imbalance_s` ("one card
+  full, the others watching": `device_map`, a single process on several GPUs, a wrong ZeRO
+  stage, offload);
 - **lost rank**: one of the run's GPUs, seen training before, idle (busy below `idle_pct` %)
   for `lost_rank_s` while another trains (busy at least `busy_pct` % within `GRACE_S`, and
   since this one was);
 - **stall**: every GPU of the run idle and no new log line for `stall_s` while the run is
-  "running": a communication hang.
+  "running", after its GPUs trained: a communication hang.
+
+The run's GPUs are those its readings show (the sampler reads what the run's
+`*_VISIBLE_DEVICES` let it see); each reading is of the whole device, so another tenant's work
+on a shared GPU counts as the run's.
 
 Each condition is an episode: its alert fires once when the condition has held for its time,
 and the episode ends when the condition is gone (an `EpisodeEnd`); a new episode needs the
@@ -301,7 +306,9 @@ class HealthWatch:
         if training:
             held.update(self._imbalance(live))
             held.update(self._lost_ranks(with_util))
-            if all_idle and self._all_idle_since is not None:
+            # A run whose GPUs never trained (a CPU run that sees GPUs, one still starting)
+            # has no collective to hang: its quiet is not a stall.
+            if all_idle and self._all_idle_since is not None and any(g.seen_busy for g in with_util):
                 quiet_since = max(self._all_idle_since, log_at) if log_at is not None else self._all_idle_since
                 if log_at is None or log_at <= now:
                     held[("stall", "", None)] = (quiet_since, {"gpus": len(with_util), "idle_s": now - self._all_idle_since})
@@ -313,7 +320,8 @@ class HealthWatch:
             return {}
         heavy = max(known, key=lambda g: (g.used or 0, -g.gpu))
         used, total = heavy.used or 0, heavy.total or 1
-        if used * 100 < self.settings.loaded_pct * total:
+        # The loaded GPU is the run's (it trained); the light ones may never have (device_map).
+        if not heavy.seen_busy or used * 100 < self.settings.loaded_pct * total:
             return {}
         light = [g for g in known if g is not heavy and (g.used or 0) * self.settings.imbalance_ratio <= used]
         if not light:

@@ -25,6 +25,8 @@ from backend.service.run_manager import RunManager
 
 log = logging.getLogger(__name__)
 
+STOP_RECORD_WAIT_S = 10.0  # how long a stop on stall waits for the trainer's end to be recorded
+
 
 class RunDecisions:
     def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S, health: HealthSettings | None = None):
@@ -97,6 +99,11 @@ class RunDecisions:
         stall = next((e for e in events if isinstance(e, HealthAlert) and e.kind == "stall"), None)
         if stall is not None and self.health.stop_on_stall:
             self.manager.stop(state.id)
+            # The trainer's end is recorded by the thread that waits on it, which may come after
+            # stop() returns: the reason is written over that record, not under it.
+            deadline = time.monotonic() + STOP_RECORD_WAIT_S
+            while self.manager.store.read(state.id).active and time.monotonic() < deadline:
+                time.sleep(0.05)
             # A message id: the page renders it in its own language (view.stop_reason_text).
             self.manager.store.update(state.id, stop_reason="reason.stopped_on_stall", stop_reason_params={"seconds": f"{stall.at - stall.since:.0f}"})
 
