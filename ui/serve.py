@@ -19,7 +19,11 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from backend.health import HealthSettings
 
 APP_DIR_PREFIX = "rocboard-app-"
 
@@ -128,7 +132,7 @@ def add_health_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--health-stop-on-stall", action="store_true", help="stop a stalled run (it can be resumed from its last checkpoint); off unless given")
 
 
-def health_settings(args: argparse.Namespace):
+def health_settings(args: argparse.Namespace) -> HealthSettings:
     """The HealthSettings the flags give (ValueError, with the bounds, for one out of range)."""
     from backend.health import HealthSettings
 
