@@ -12,7 +12,8 @@ intervals: what RocBoard adds to the threshold the user set. Its parts: up to on
 until the sampler reads the changed files, ticks to cover the time, and the decisions' poll
 (0.5 s, backend/service/monitors.py POLL_INTERVAL_S).
 
-Goal (issue 29): <= 2 sampler intervals, every repetition.
+Goal (issue 29): <= 2 sampler intervals, every repetition. Beside it, what the decision
+itself costs per sampler tick (HealthWatch.observe on 8 and 64 GPUs' readings), a figure only.
 
 `python -m bench.bench_health [--quick]`.
 """
@@ -50,6 +51,21 @@ def _wait(predicate, timeout: float, every: float = 0.01):
             return value
         time.sleep(every)
     return None
+
+
+def decision_cost_us(gpus: int, ticks: int) -> dict[str, float]:
+    """What one tick of a watch costs (its readings built beforehand), per tick, in µs."""
+    from backend.health import HealthWatch
+    from backend.telemetry.base import Reading
+
+    batches = [[Reading(i, 20 * GIB, 64 * GIB, 90.0, 50.0, 300.0, "sysfs", float(t), f"GPU {i}") for i in range(gpus)] for t in range(ticks)]
+    watch = HealthWatch()
+    costs = []
+    for batch in batches:
+        started = time.perf_counter()
+        watch.observe(batch, log_at=0.0)
+        costs.append((time.perf_counter() - started) * 1e6)
+    return spread(costs)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -109,6 +125,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             pass
         board.stop(state.id)
         sampler.stop()
+    cost = {str(n): decision_cost_us(n, 500 if quick else 3000) for n in (8, 64)}
     worst = max((d for values in delays.values() for d in values), default=float("inf"))
     goals = [
         goal_row(
@@ -118,8 +135,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             bool(delays[kind]) and max(delays[kind]) <= GOAL_INTERVALS and kind not in missed,
         )
         for kind in CONDITIONS
-    ]
+    ] + [goal_row(f"the watch's decision per sampler tick, {n} GPUs", "-", show(summary, "µs", digits=1), None) for n, summary in cost.items()]
     return {
+        "decision_us": cost,
         "interval_s": INTERVAL_S,
         "hold_s": HOLD_S,
         "repetitions": repetitions,
@@ -140,6 +158,8 @@ def report(result: dict[str, Any]) -> str:
     for kind, summary in result["delay_intervals"].items():
         decided = result["decided_intervals"][kind]
         lines.append(f"  {kind:>10}: in alerts.jsonl {show(summary, 'intervals')}; the reading it was decided on {show(decided, 'intervals')}")
+    for gpus, summary in result["decision_us"].items():
+        lines.append(f"  the watch's decision per tick, {gpus} GPUs: {show(summary, 'µs', digits=1)}")
     if result["missed"]:
         lines.append(f"  missed (no alert within 30 s): {', '.join(result['missed'])}")
     lines.append(conditions_line(result["conditions"]))

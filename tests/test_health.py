@@ -169,6 +169,20 @@ def test_a_watch_seeded_with_the_record_does_not_alert_again(tmp_path):
     assert [(a.gpu, a.since) for a in later] == [(2, 42)]
 
 
+def test_malformed_readings_from_a_samples_file_are_left_out():
+    """Reading.from_json takes a line's values as they are: a hostile samples.jsonl must not
+    make the watch raise, nor grow without bound."""
+    bad = [
+        Reading("0", 1, 2, 90.0, None, None, "sysfs", 1.0), Reading(True, 1, 2, 90.0, None, None, "sysfs", 1.0),
+        Reading(0, "lots", 2, 90.0, None, None, "sysfs", 1.0), Reading(0, 1, 2, "busy", None, None, "sysfs", 1.0),
+        Reading(0, 1, 2, 90.0, None, None, "sysfs", float("nan")), Reading(0, 1, 2, 90.0, None, None, "sysfs", 1.0, "", None),  # type: ignore[arg-type]
+    ]  # fmt: skip
+    many = [Reading(i % 4096, GIB, 64 * GIB, 90.0, None, None, "sysfs", 2.0, "", f"n{i // 4096}") for i in range(3 * 4096)]
+    watch = HealthWatch(FAST)
+    assert watch.observe([*bad, *many], log_at=0) == []
+    assert len(watch._gpus) == 4096
+
+
 def test_settings_are_bounded():
     for bad in ({"idle_pct": -1}, {"stall_s": 0}, {"imbalance_ratio": 1.0}, {"busy_pct": float("nan")}, {"idle_pct": 40, "busy_pct": 30}, {"lost_rank_s": True}):
         with pytest.raises(ValueError):

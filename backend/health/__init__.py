@@ -50,6 +50,7 @@ GRACE_S = 10.0
 GAP_S = 15.0
 # A condition held this close to its time counts as held (the sampler's ticks jitter).
 TICK_SLACK_S = 0.1
+MAX_GPUS = 4096  # GPUs one watch follows (every node's of a Slurm job); a reading of one more is left out
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,19 @@ def _secs(value: Any) -> str:
     return f"{float(value):.0f}" if _finite(value) else "?"
 
 
+def _usable(reading: Reading) -> bool:
+    """Whether a reading read back from a samples file has the types it should (the file is
+    the run's, and a run folder can come from anywhere)."""
+    def count(value: Any) -> bool:
+        return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+    return (
+        isinstance(reading.gpu, int) and not isinstance(reading.gpu, bool) and 0 <= reading.gpu < 4096
+        and isinstance(reading.node, str) and _finite(reading.at) and count(reading.used_bytes) and count(reading.total_bytes)
+        and (reading.util_pct is None or _finite(reading.util_pct))
+    )  # fmt: skip
+
+
 @dataclass
 class _Gpu:
     node: str
@@ -271,8 +285,8 @@ class HealthWatch:
         events: list[Event] = []
         batch: list[Reading] = []
         for reading in readings:
-            if reading.source == "process":
-                continue  # the CPU memory of the training process is no GPU
+            if reading.source == "process" or not _usable(reading):
+                continue  # the CPU memory of the training process is no GPU; a malformed line no reading
             if batch and reading.at != batch[0].at:
                 events += self._tick(batch, log_at, training)
                 batch = []
@@ -290,7 +304,11 @@ class HealthWatch:
             self._all_idle_since = None
         self._now = max(self._now, at)
         for reading in batch:
-            gpu = self._gpus.setdefault((reading.node, reading.gpu), _Gpu(reading.node, reading.gpu))
+            gpu = self._gpus.get((reading.node, reading.gpu))
+            if gpu is None:
+                if len(self._gpus) >= MAX_GPUS:
+                    continue
+                gpu = self._gpus[(reading.node, reading.gpu)] = _Gpu(reading.node, reading.gpu)
             gpu.at, gpu.used, gpu.total, gpu.util = reading.at, reading.used_bytes, reading.total_bytes, reading.util_pct
             if gpu.util is not None and gpu.util >= settings.busy_pct:
                 gpu.last_busy_at, gpu.seen_busy = reading.at, True
@@ -338,14 +356,18 @@ class HealthWatch:
         # lost-rank time at most, so that GPUs going idle a tick apart are not a lost rank),
         # and busy after this one last was (all going idle together is a pause, not a loss).
         grace = min(GRACE_S, settings.lost_rank_s / 3)
+        # The two that trained last, and the two busiest now: enough to answer for every GPU
+        # in one pass (a watch may follow thousands).
         training = [g for g in with_util if now - g.last_busy_at <= grace]
+        latest = sorted(training, key=lambda g: g.last_busy_at, reverse=True)[:2]
+        busiest = sorted(training, key=lambda g: g.util or 0.0, reverse=True)[:2]
         held = {}
         for gpu in with_util:
             if gpu.seen_busy and gpu.util is not None and gpu.util < settings.idle_pct:
-                others = [g for g in training if g is not gpu and g.last_busy_at > gpu.last_busy_at]
-                if others:
-                    figures = {"busy_pct": gpu.util, "others_pct": max(g.util or 0.0 for g in others)}
-                    held[("lost_rank", gpu.node, gpu.gpu)] = (now, figures)
+                other = next((g for g in latest if g is not gpu), None)
+                if other is not None and other.last_busy_at > gpu.last_busy_at:
+                    others_pct = next((g.util or 0.0 for g in busiest if g is not gpu), 0.0)
+                    held[("lost_rank", gpu.node, gpu.gpu)] = (now, {"busy_pct": gpu.util, "others_pct": others_pct})
         return held
 
     def _settle(self, held: dict, now: float) -> list[Event]:
