@@ -169,6 +169,7 @@ def test_a_watch_seeded_with_the_record_does_not_alert_again(tmp_path):
     assert [(a.gpu, a.since) for a in later] == [(2, 42)]
 
 
+@pytest.mark.hostile
 def test_malformed_readings_from_a_samples_file_are_left_out():
     """Reading.from_json takes a line's values as they are: a hostile samples.jsonl must not
     make the watch raise, nor grow without bound."""
@@ -190,6 +191,7 @@ def test_settings_are_bounded():
     assert HealthSettings().stop_on_stall is False  # stopping a run is asked for, never assumed
 
 
+@pytest.mark.hostile
 def test_the_record_is_bounded_and_hostile_lines_are_skipped(tmp_path):
     good = HealthAlert("lost_rank", "", 1, 5.0, 8.0, {"busy_pct": 0.0, "others_pct": 90.0})
     lines = [
