@@ -1,0 +1,158 @@
+"""Which queued runs start now, and on which GPUs: the node's allocator (issue 30 §1). Pure:
+no file, no process, no clock; the run manager gives it what it knows and does what it says.
+
+Its inputs:
+- the node: the GPU indices the app sees (HIP's numbering), or on a CPU machine a number of
+  slots (0..n-1; one by default, which is "one run at a time" as before);
+- what each live run holds (run id -> its GPU indices);
+- the queue, in order: each run asks for a count of GPUs (from its multi-GPU plan) or for
+  named indices (the plan's GPU list).
+
+The rule (no run is starved): the queue is walked in order. A run whose GPUs are free, and
+not reserved by a run ahead of it, starts on them (a count takes the lowest free indices).
+A run that cannot start reserves what it waits for: named indices reserve those indices
+(held ones included: when they free up they are its); a count reserves every GPU free now
+(fewer than it needs), so each GPU that frees up goes to it until it has enough. Runs behind
+it start only on GPUs no run ahead of them reserved: backfill that never delays an earlier
+run. So a 2-GPU run at the head waits only for GPUs to free, never for a stream of 1-GPU
+runs queued after it; a run asking for more GPUs than the node has, or for an index the node
+does not have, can never start and is reported as such (it reserves nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+MAX_GPUS = 64  # indices a node may have (0..63), and GPUs one run may ask for
+MAX_QUEUED = 1000  # backend/runs/queue.py QUEUE_MAX
+MAX_CPU_SLOTS = 64
+
+WaitReason = Literal["busy", "reserved", "impossible"]
+
+
+class SlotsError(ValueError):
+    """Input outside the allocator's bounds (too many GPUs or runs, a bad index or count)."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one queued run needs: `count` GPUs, or exactly `indices` when given."""
+
+    run_id: str
+    count: int = 1
+    indices: tuple[int, ...] = ()
+
+    @property
+    def wanted(self) -> int:
+        return len(self.indices) if self.indices else self.count
+
+
+@dataclass(frozen=True)
+class Grant:
+    run_id: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A queued run that does not start now, and why: its GPUs are held ("busy"), reserved for
+    a run ahead of it ("reserved"; `behind` names that run), or can never be had on this node
+    ("impossible")."""
+
+    run_id: str
+    reason: WaitReason
+    held_by: tuple[str, ...] = ()  # the live runs holding GPUs it waits for
+    behind: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    start: tuple[Grant, ...] = ()
+    waiting: tuple[Wait, ...] = ()
+    reserved: Mapping[int, str] = field(default_factory=dict)  # GPU -> the waiting run it is kept for
+    free: tuple[int, ...] = ()  # GPUs nobody holds or was given, after this decision
+
+
+def cpu_slots(count: int = 1) -> tuple[int, ...]:
+    """The node of a machine without GPUs: `count` slots (the demo default: one)."""
+    if not 1 <= count <= MAX_CPU_SLOTS:
+        raise SlotsError(f"CPU slots are 1-{MAX_CPU_SLOTS}, not {count}")
+    return tuple(range(count))
+
+
+def ask_problem(ask: Ask, node: Sequence[int]) -> str | None:
+    """Why `ask` can never start on `node` (None: it can, once its GPUs are free)."""
+    if ask.indices:
+        missing = sorted(set(ask.indices) - set(node))
+        if missing:
+            return f"GPU {', '.join(map(str, missing))} is not on this node (it has {', '.join(map(str, node)) or 'none'})"
+        return None
+    if ask.count > len(node):
+        return f"{ask.count} GPUs asked, the node has {len(node)}"
+    return None
+
+
+def _check(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequence[Ask]) -> None:
+    if len(node) > MAX_GPUS or len(set(node)) != len(node) or any(not 0 <= g < MAX_GPUS for g in node):
+        raise SlotsError(f"a node has at most {MAX_GPUS} distinct GPUs, indices 0-{MAX_GPUS - 1}")
+    if len(queue) > MAX_QUEUED:
+        raise SlotsError(f"at most {MAX_QUEUED} queued runs, not {len(queue)}")
+    if len(held) > MAX_GPUS * 4:
+        raise SlotsError(f"at most {MAX_GPUS * 4} live runs, not {len(held)}")
+    for ask in queue:
+        if ask.indices:
+            if len(ask.indices) > MAX_GPUS or len(set(ask.indices)) != len(ask.indices) or any(not 0 <= g < MAX_GPUS for g in ask.indices):
+                raise SlotsError(f"run {ask.run_id}: GPU indices are distinct, 0-{MAX_GPUS - 1}")
+        elif not 1 <= ask.count <= MAX_GPUS:
+            raise SlotsError(f"run {ask.run_id}: a run asks for 1-{MAX_GPUS} GPUs, not {ask.count}")
+
+
+def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequence[Ask]) -> Decision:
+    """The runs of `queue` that start now and their GPUs, and why each other one waits (the
+    module's rule). `held`: the GPUs of each live run (a GPU held twice counts once)."""
+    _check(node, held, queue)
+    on_node = frozenset(node)
+    holder: dict[int, str] = {}
+    for run_id, gpus in held.items():
+        for gpu in gpus:
+            holder.setdefault(gpu, run_id)
+    free = sorted(on_node - holder.keys())
+    reserved: dict[int, str] = {}
+    starts: list[Grant] = []
+    waits: list[Wait] = []
+    for ask in queue:
+        if ask_problem(ask, node) is not None:
+            waits.append(Wait(ask.run_id, "impossible"))
+            continue
+        open_now = [g for g in free if g not in reserved]
+        if ask.indices:
+            if all(g in open_now for g in ask.indices):
+                gpus = tuple(ask.indices)
+            else:
+                gpus = ()
+                blocked = [g for g in ask.indices if g not in open_now]
+        else:
+            gpus = tuple(open_now[: ask.count]) if len(open_now) >= ask.count else ()
+            blocked = [] if gpus else sorted(on_node - set(open_now))
+        if gpus:
+            starts.append(Grant(ask.run_id, gpus))
+            taken = set(gpus)
+            free = [g for g in free if g not in taken]
+            holder.update((g, ask.run_id) for g in gpus)
+            continue
+        ahead = next((reserved[g] for g in blocked if g in reserved), None)
+        # "reserved": enough GPUs are free, but a run ahead keeps them; "busy": they are held
+        only_reserved = all(g in free for g in ask.indices) if ask.indices else len(free) >= ask.count
+        if only_reserved:
+            waits.append(Wait(ask.run_id, "reserved", (), ahead))
+        else:
+            held_by = tuple(dict.fromkeys(holder[g] for g in blocked if g in holder))
+            waits.append(Wait(ask.run_id, "busy", held_by, ahead))
+        for gpu in ask.indices or open_now:
+            reserved.setdefault(gpu, ask.run_id)
+    return Decision(tuple(starts), tuple(waits), reserved, tuple(free))
+
+
+__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide"]
