@@ -35,6 +35,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("slurm", "8. Slurm runs and the queue", "bench.bench_slurm"),
     ("health", "9. GPU health alerts", "bench.bench_health"),
     ("validate", "10. The validation path: one GPU, N GPUs, a fault drill", "bench.bench_validate"),
+    ("slots", "11. GPU slots: the queue's decision", "bench.bench_slots"),
 )
 
 INTRO = """\
