@@ -7,7 +7,8 @@
     python app.py chat RUN_ID [--prompt TEXT] [--base] ...      (a prompt in, an answer out)
     python app.py export RUN_ID --to DIR [--gguf f16|q8_0] ...  (merge the adapter into its base)
     python app.py submit CONFIG.yaml [--preset NAME] [--slurm --partition P --nodes N ...]
-    python app.py status [RUN_ID] [--json]
+    python app.py sweep CONFIG.yaml --vary learning_rate=1e-4,2e-4 --vary lora_rank=8,16 [--seeds N] [--dry-run]
+    python app.py status [RUN_ID] [--json] [--sweep ID]
     python app.py stop RUN_ID
 
 This file only parses arguments and hands over to ui/ (serve) or backend/ (the rest).
@@ -28,6 +29,7 @@ SUBCOMMANDS = {
     "status": "backend.runs_cli:status_main",
     "stop": "backend.runs_cli:stop_main",
     "validate": "backend.validate.cli",
+    "sweep": "backend.sweep.cli:sweep_main",
 }
 
 

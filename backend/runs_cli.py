@@ -6,6 +6,7 @@ round.
                          [--slurm [--partition P] [--account A] [--nodes N] [--gpus-per-node G]
                                   [--cpus-per-task C] [--mem 64G] [--time HH:MM:SS] [--sbatch LINE]...]
     python app.py status [RUN_ID] [--json] [--runs-dir runs]
+    python app.py status --sweep ID [--metric M] [--json]     (backend/sweep/cli.py)
     python app.py stop RUN_ID [--no-wait] [--runs-dir runs]
 
 `status` also says the GPU health alerts recorded for a run (backend/health), each in full
@@ -166,6 +167,8 @@ def status_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="app.py status", description="The runs (or one run): state, step, last loss, where it runs, Slurm's word on its job.")
     parser.add_argument("run_id", nargs="?", help="one run's id (default: every run)")
     parser.add_argument("--json", action="store_true", help="machine-readable")
+    parser.add_argument("--sweep", default="", metavar="ID", help="one sweep's runs, ranked (backend/sweep)")
+    parser.add_argument("--metric", default="", help="with --sweep: what ranks them (default: the sweep's own)")
     _common(parser)
     return parser
 
@@ -235,6 +238,10 @@ def status_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
     if options is None:
         return status
     locale = _locale(options.lang)
+    if options.sweep:
+        from backend.sweep.cli import sweep_status
+
+        return sweep_status(options.runs_dir, options.sweep, options.metric, options.json, locale, out, err)
     from backend.runs import RunNotFound
 
     board = _board(options.runs_dir)

@@ -1,0 +1,163 @@
+"""`python app.py sweep` and `python app.py status --sweep ID`: sweeps for scripts.
+
+    python app.py sweep CONFIG.yaml --vary learning_rate=1e-4,2e-4,5e-4 --vary lora_rank=8,16
+                        [--seeds N] [--preset NAME] [--name NAME] [--metric final_loss]
+                        [--dry-run] [--runs-dir runs] [--lang zh-CN]
+    python app.py status --sweep ID [--metric M] [--json] [--runs-dir runs]
+
+`sweep` reads CONFIG.yaml as `submit` does (the page's "Run this YAML as it is"), prints each
+run's name, values and cost (the VRAM estimate per device, the GPUs it asks for) and the
+totals, then, unless --dry-run, queues every run (or none) and prints the sweep's id on
+stdout. `status --sweep` prints its runs ranked by the metric, best first.
+
+Exit status: 0 done; 1 refused (the message says why; nothing was queued); 2 bad arguments,
+an unreadable file, or no such sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from backend.i18n import localized, translate
+from backend.runs_cli import CONFIG_MAX_BYTES, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options
+
+GIB = 1024**3
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    from backend.sweep.view import DEFAULT_METRIC, METRICS
+
+    parser = argparse.ArgumentParser(prog="app.py sweep", description="Queue one run per point of a grid of values (or per seed) of a LLaMA-Factory YAML.")
+    parser.add_argument("config", help="the LLaMA-Factory training YAML")
+    parser.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2", help="a form field and its values (up to three --vary)")
+    parser.add_argument("--seeds", type=int, default=0, help="N runs per point, seeds base, base+1, ...")
+    parser.add_argument("--preset", default="", help="hardware preset id (default: the form's)")
+    parser.add_argument("--name", default="", help="the sweep's name, the runs' names start with it (default: the YAML's run_name)")
+    parser.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS), help="what ranks the runs")
+    parser.add_argument("--dry-run", action="store_true", help="say the runs and their cost; queue nothing")
+    _common(parser)
+    return parser
+
+
+def _values(values: tuple[tuple[str, Any], ...]) -> str:
+    from backend.sweep.spec import value_tag
+
+    return " ".join(f"{name}={value_tag(value)}" for name, value in values)
+
+
+def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    options, status = _options(sweep_parser(), argv)
+    if options is None:
+        return status
+    locale = _locale(options.lang)
+    from backend.findings import has_problems
+    from backend.sweep.desk import SweepDesk, SweepStartRefused
+    from backend.sweep.spec import SweepRefused, SweepSpec, parse_vary
+
+    try:
+        spec = SweepSpec(tuple(parse_vary(text) for text in options.vary), options.seeds)
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    try:
+        with open(options.config, "rb") as handle:
+            data = handle.read(CONFIG_MAX_BYTES + 1)
+        if len(data) > CONFIG_MAX_BYTES:
+            raise ValueError(f"larger than {CONFIG_MAX_BYTES // 1024} KiB: not a training YAML")
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        err.write(f"error: cannot read {options.config}: {error}\n")
+        return EXIT_USAGE
+    board = _board(options.runs_dir)
+    from backend.config import schema
+
+    preset_id = options.preset or schema.field("preset").default
+    if board.preset(preset_id) is None:
+        err.write(f"error: no preset {preset_id!r}; choose one of {', '.join(board.presets)}\n")
+        return EXIT_USAGE
+    current: dict[str, Any] = {**schema.form_defaults(), **schema.side_form_defaults(), **board.form_for_preset(preset_id), "preset": preset_id}
+    load = board.load_into_form(text, preset_id, current)
+    if not load.loaded or has_problems(load.findings):
+        for finding in load.findings:
+            err.write(_finding_line(finding, locale) + "\n")
+        err.write(translate("sweep.cli.refused", locale, reason=translate("sweep.cli.config-problems", locale, path=str(options.config))) + "\n")
+        return EXIT_REFUSED
+    desk = SweepDesk(board)
+    # The runs' names start with the sweep's: --name, else the YAML's run_name, else its file's stem.
+    name = options.name or str(load.values.get("run_name") or "") or Path(options.config).stem
+    try:
+        plan = desk.plan(spec, load.values, name)
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    for cost in plan.costs:
+        err.write(translate("sweep.cli.run", locale, name=cost.name, values=_values(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
+    err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
+    if options.dry_run:
+        err.write(translate("sweep.cli.dry-run", locale) + "\n")
+        return EXIT_OK
+    try:
+        record = desk.create(spec, load.values, name, options.metric)
+    except SweepStartRefused as refused:
+        for finding in refused.findings:
+            err.write(_finding_line(finding, locale) + "\n")
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    out.write(record.id + "\n")
+    err.write(translate("sweep.cli.queued", locale, runs=len(record.runs), id=record.id) + "\n")
+    if not board.run_manager.queue_keeper_alive():
+        err.write(translate("sweep.cli.no-keeper", locale) + "\n")
+    return EXIT_OK
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def sweep_status(runs_dir: Any, sweep_id: str, metric: str, as_json: bool, locale: str, out: TextIO, err: TextIO) -> int:
+    """`status --sweep ID`: the sweep's runs ranked best first (or its JSON)."""
+    from backend.sweep.desk import SweepDesk
+    from backend.sweep.record import SweepNotFound
+    from backend.sweep.spec import SweepRefused
+
+    board = _board(runs_dir)
+    try:
+        view = SweepDesk(board).view(sweep_id, metric, locale)
+    except SweepNotFound:
+        err.write(translate("sweep.cli.not-found", locale, id=str(sweep_id)[:80]) + "\n")
+        return EXIT_USAGE
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_USAGE
+    if as_json:
+        out.write(json.dumps(view.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return EXIT_OK
+    out.write(translate("sweep.cli.header", locale, id=view.record.id, metric=translate(f"sweep.metric.{view.metric}", locale), runs=len(view.rows)) + "\n")
+    for place, row in enumerate(view.rows, 1):
+        state = translate(f"state.{row.state}", locale) if row.state != "deleted" else translate("sweep.state.deleted", locale)
+        rate = "-" if row.tokens_per_s is None else f"{row.tokens_per_s:,.0f}"
+        time_s = "-" if row.duration_s is None else f"{row.duration_s:.0f}"
+        out.write(
+            translate("sweep.cli.row", locale, place=place, run=row.run_id, values=_values(row.values), state=state, metric=_number(row.metric(view.metric)), rate=rate, seconds=time_s)
+            + "\n"
+        )
+    if view.best_run_id:
+        out.write(translate("sweep.cli.best", locale, run=view.best_run_id) + "\n")
+    if view.finished:
+        out.write(localized(translate("sweep.cli.finished", locale), locale) + "\n")
+    return EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    return sweep_main(argv)
+
+
+__all__ = ["main", "sweep_main", "sweep_parser", "sweep_status"]

@@ -1,0 +1,189 @@
+"""Sweeps without a trainer: the spec, its bounds, the run names, the refusals (in English and
+Chinese), the record on disk, the ranking, and `app.py sweep --dry-run` (backend/sweep)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from backend.service import demo_form
+from backend.sweep.record import SweepMember, SweepNotFound, SweepRecord, list_sweeps, new_sweep_id, read_record, write_record
+from backend.sweep.spec import MAX_RUNS, Axis, SweepRefused, SweepSpec, expand, parse_vary, sanitize, value_tag
+from backend.sweep.view import SweepRow, best_run, rank
+
+
+def refusal(spec: SweepSpec, form=None) -> SweepRefused:
+    with pytest.raises(SweepRefused) as caught:
+        expand(spec, form or demo_form(), "demo")
+    return caught.value
+
+
+def test_a_grid_is_the_product_of_its_values_each_run_named_by_them():
+    spec = SweepSpec((parse_vary("learning_rate=1e-4,2e-4"), parse_vary("lora_rank=8,16")))
+    runs = expand(spec, demo_form(), "demo")
+    assert [run.name for run in runs] == ["demo-lr1e-4-r8", "demo-lr1e-4-r16", "demo-lr2e-4-r8", "demo-lr2e-4-r16"]
+    assert [run.values for run in runs][1] == (("learning_rate", 1e-4), ("lora_rank", 16))
+    # Each run's form is the base form with its values (typed by the field's own parser) and its name.
+    assert runs[3].form == {**demo_form(), "learning_rate": 2e-4, "lora_rank": 16, "run_name": "demo-lr2e-4-r16"}
+    assert len({run.name for run in runs}) == 4
+
+
+def test_seeds_are_an_axis_from_the_forms_own_seed():
+    runs = expand(SweepSpec((Axis("lora_rank", ("4",)),), seeds=3), {**demo_form(), "seed": 7}, "s")
+    assert [run.form["seed"] for run in runs] == [7, 8, 9]
+    assert [run.name for run in runs] == ["s-r4-seed7", "s-r4-seed8", "s-r4-seed9"]
+
+
+def test_names_stay_unique_beside_the_ones_taken_and_are_sanitized():
+    runs = expand(SweepSpec((Axis("lora_rank", ("8",)),)), demo_form(), "my run/../x", taken=("my-run-..-x-r8",))
+    assert sanitize("my run/../x") == "my-run-..-x"
+    assert [run.name for run in runs] == ["my-run-..-x-r8-2"]
+    assert sanitize("/" * 10) == "sweep" and len(sanitize("a" * 500)) <= 96
+    assert [value_tag(v) for v in (2e-4, 5e-5, 0.05, 16, 1.0, "cosine")] == ["2e-4", "5e-5", "0.05", "16", "1", "cosine"]
+
+
+def test_a_sweep_of_ten_thousand_runs_is_refused_from_its_counts_before_any_value_is_read():
+    # 100 x 100 values that are not numbers: the count refuses first, with its own message.
+    values = tuple(f"x{i}" for i in range(64))
+    spec = SweepSpec((Axis("learning_rate", values), Axis("lora_rank", values), Axis("cutoff_len", values[:3])))
+    refused = refusal(spec)
+    assert refused.message.key == "sweep.too-many-runs"
+    assert refused.message.params == {"count": 64 * 64 * 3, "limit": MAX_RUNS}
+    assert "12288" in refused.message.text("en") and "12288" in refused.message.text("zh-CN")
+    with pytest.raises(SweepRefused) as caught:
+        parse_vary("lora_rank=" + ",".join(map(str, range(1, 10_001))))
+    assert caught.value.message.key == "sweep.too-many-values"
+
+
+@pytest.mark.parametrize(
+    ("spec", "key"),
+    [
+        (SweepSpec(), "sweep.nothing-varies"),
+        (SweepSpec(tuple(Axis(name, ("1",)) for name in ("lora_rank", "lora_alpha", "cutoff_len", "batch_size"))), "sweep.too-many-fields"),
+        (SweepSpec((Axis("lora_rank", ("8",)), Axis("lora_rank", ("16",)))), "sweep.field-twice"),
+        (SweepSpec((Axis("seed", ("1", "2")),), seeds=2), "sweep.seed-twice"),
+        (SweepSpec(seeds=65), "sweep.seeds-range"),
+        (SweepSpec((Axis("model_path", ("/a", "/b")),)), "sweep.unknown-field"),
+        (SweepSpec((Axis("no_such_field", ("1",)),)), "sweep.unknown-field"),
+        (SweepSpec((Axis("learning_rate", ("1e-4", "0.0001")),)), "sweep.duplicate-value"),
+    ],
+)
+def test_a_spec_out_of_bounds_gets_its_own_message(spec, key):
+    refused = refusal(spec)
+    assert refused.message.key == key
+    assert refused.message.text("zh-CN") != refused.message.text("en")
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize(
+    ("field", "value", "english", "chinese"),
+    [
+        ("learning_rate", "abc", ["Learning rate", "'abc'", "must be a number"], ["学习率", "'abc'"]),
+        ("learning_rate", "-1", ["Learning rate", "'-1'", "(0, 1]"], ["学习率", "'-1'", "(0, 1]"]),
+        ("lora_rank", "2.5", ["LoRA rank", "'2.5'"], ["LoRA", "'2.5'"]),
+        ("lora_rank", "1" * 5000, ["LoRA rank"], ["LoRA"]),
+        ("lr_scheduler_type", "sideways", ["'sideways'", "cosine"], ["'sideways'"]),
+    ],
+)
+def test_a_value_the_field_refuses_names_the_field_and_the_value(field, value, english, chinese):
+    from tests.test_zh_no_english import english_runs
+
+    refused = refusal(SweepSpec((Axis(field, ("1e-2" if field == "learning_rate" else "8" if field == "lora_rank" else "linear", value)),)))
+    assert refused.message.key == "sweep.bad-value"
+    en, zh = refused.message.text("en"), refused.message.text("zh-CN")
+    assert all(part in en for part in english), en
+    assert all(part in zh for part in chinese), zh
+    assert english_runs(zh) == [], zh
+
+
+def test_record_is_written_whole_and_read_without_following_a_link(tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    sweep_id = new_sweep_id()
+    member = SweepMember("demo-lr1e-4", "demo-lr1e-4", (("learning_rate", 1e-4),))
+    record = SweepRecord(sweep_id, "demo", "2026-01-01T00:00:00+00:00", (("learning_rate", ("1e-4", "2e-4")),), 0, {"lora_rank": 8}, (member,))
+    write_record(root, record)
+    assert read_record(root, sweep_id) == record
+    assert list_sweeps(root) == [sweep_id]
+    assert [p.name for p in (root / "sweeps").iterdir()] == [f"{sweep_id}.json"]  # no temporary file left
+    # A link in its place is not followed; an id that is not one never reaches the disk.
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps(record.to_json()))
+    os.unlink(root / "sweeps" / f"{sweep_id}.json")
+    os.symlink(target, root / "sweeps" / f"{sweep_id}.json")
+    with pytest.raises(SweepNotFound):
+        read_record(root, sweep_id)
+    for bad in ("../../etc/passwd", "sweep-1", ""):
+        with pytest.raises(SweepNotFound):
+            read_record(root, bad)
+    # A file that is not a record (wrong types, too large) reads as no sweep.
+    other = "sweep-20260101-000000-beef"
+    (root / "sweeps" / f"{other}.json").write_text(json.dumps({**record.to_json(), "id": other, "runs": "all"}))
+    with pytest.raises(SweepNotFound):
+        read_record(root, other)
+    (root / "sweeps" / f"{other}.json").write_bytes(b" " * (1024 * 1024 + 1))
+    with pytest.raises(SweepNotFound):
+        read_record(root, other)
+
+
+def _row(run_id, final_loss=None, eval_loss=None, bleu=None, state="finished"):
+    return SweepRow(run_id, run_id, (), state, final_loss=final_loss, final_eval_loss=eval_loss, best_eval_loss=eval_loss, scores=(("bleu4", bleu),))
+
+
+def test_ranking_puts_the_best_first_and_runs_without_the_metric_last():
+    rows = [_row("a", 2.0, bleu=10.0), _row("b", None, state="queued"), _row("c", 1.0, bleu=30.0), _row("d", 2.0, bleu=float("nan"))]
+    assert [r.run_id for r in rank(rows, "final_loss")] == ["c", "a", "d", "b"]  # a tie keeps the sweep's order
+    assert [r.run_id for r in rank(rows, "bleu4")] == ["c", "a", "b", "d"]  # higher is better; NaN is no value
+    assert best_run(rank(rows, "final_eval_loss"), "final_eval_loss") == ""
+    with pytest.raises(ValueError):
+        rank(rows, "accuracy")
+
+
+def test_dry_run_says_the_runs_and_their_cost_and_queues_nothing(tmp_path):
+    from backend.service import RocBoard
+    from backend.sweep.cli import sweep_main
+
+    runs = tmp_path / "runs"
+    config = tmp_path / "demo.yaml"
+    config.write_text(RocBoard(runs).preview(demo_form(), ask_llamafactory=False).yaml_text)
+    out, err = io.StringIO(), io.StringIO()
+    assert sweep_main([str(config), "--vary", "learning_rate=1e-4,2e-4,5e-4", "--vary", "lora_rank=8,16", "--dry-run", "--runs-dir", str(runs)], out, err) == 0
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("demo-lr1e-4-r8: learning_rate=1e-4 lora_rank=8; about ") and "GiB per device, 0 GPU(s)" in lines[0]
+    assert lines[6].startswith("6 runs; 0 GPU(s) asked for in all")
+    assert out.getvalue() == ""
+    assert not (runs / "sweeps").exists()
+    # Refused before anything is queued: too many runs, a value refused (in Chinese too).
+    err = io.StringIO()
+    assert sweep_main([str(config), "--vary", "lora_rank=" + ",".join(map(str, range(1, 65))), "--vary", "cutoff_len=64,128", "--runs-dir", str(runs)], out, err) == 1
+    assert "128 runs" in err.getvalue() and "Nothing was queued" in err.getvalue()
+    err = io.StringIO()
+    assert sweep_main([str(config), "--vary", "learning_rate=1e-4,abc", "--runs-dir", str(runs), "--lang", "zh-CN"], out, err) == 1
+    assert "学习率" in err.getvalue() and "'abc'" in err.getvalue()
+    # A value every field accepts but the run's checks refuse (val_size 1 leaves nothing to train
+    # on) refuses the whole sweep: its first run, which the checks pass, is not made either.
+    err = io.StringIO()
+    assert sweep_main([str(config), "--vary", "val_size=0.1,1", "--runs-dir", str(runs)], out, err) == 1
+    assert "demo-val_size1" in err.getvalue() and "none of its runs was queued" in err.getvalue()
+    assert out.getvalue() == ""
+    assert RocBoard(runs).runs() == [] and not (runs / "sweeps").exists()
+
+
+def test_status_of_a_sweep_that_is_not_there(tmp_path):
+    from backend.runs_cli import status_main
+
+    err = io.StringIO()
+    assert status_main(["--sweep", "sweep-20260101-000000-abcd", "--runs-dir", str(tmp_path / "runs")], io.StringIO(), err) == 2
+    assert "no sweep sweep-20260101-000000-abcd" in err.getvalue()
+    assert status_main(["--sweep", "../x", "--runs-dir", str(tmp_path / "runs"), "--lang", "zh-CN"], io.StringIO(), err) == 2
+
+
+def test_the_sweep_subcommand_is_wired():
+    import app
+
+    assert app.SUBCOMMANDS["sweep"] == "backend.sweep.cli:sweep_main"
+    assert Path(app.__file__).read_text().count("app.py sweep") == 1
