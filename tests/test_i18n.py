@@ -39,6 +39,7 @@ SAME_IN_EVERY_LANGUAGE = {
     "health.gpu_on_node",
     "health.runs_mark",  # "{state} ⚠{count}": the state is translated
     "health.line",  # "{kind}：{seen}（{state}）": each part is translated
+    "validate.tab.rung_verdict",  # "{rung}：{status}": both are translated
     # the doctor's checks named by the tool or variable they check, and lines of bare values
     "doctor.name.visible_devices",
     "doctor.name.bf16",
