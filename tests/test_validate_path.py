@@ -115,7 +115,7 @@ def path_run(tmp_path_factory, demo_assets, starts_trainer, starts_lf_helper):
 def test_rungs_one_to_three_pass_on_the_demo_with_real_figures(path_run):
     done, runs, wall = path_run
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    [report] = list_reports(runs)
+    [report] = [r for r in list_reports(runs) if len(r.rungs) == 3]
     assert f"Report: {validation_dir(runs) / (report.id + '.json')}" in done.stdout
     one, many, drill = report.rungs
     assert [r.rung for r in report.rungs] == ["one_gpu", "n_gpus", "fault_drill"]
@@ -153,7 +153,7 @@ def test_a_different_global_batch_fails_rung_2_with_the_named_cause(path_run):
     from backend.service.validation_desk import ValidationDesk
 
     _, runs, _ = path_run
-    [earlier] = list_reports(runs)
+    [earlier] = [r for r in list_reports(runs) if len(r.rungs) == 3]
     baseline = earlier.rungs[0].run_ids[0]
     board = RocBoard(runs)
     desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {})
@@ -231,3 +231,41 @@ def test_vram_peaks_per_gpu_come_from_the_samplers_own_file_and_an_imbalance_is_
     assert peaks == "0:6144,1:2048"
     assert _imbalance(peaks) == pytest.approx(2 / 3, abs=1e-3)
     assert vram_peaks(store, store.create(name="cpu", preset="cpu-demo", model="m", files={LOG_FILE: ""}).id) == ""
+
+
+def test_the_nodes_rung_needs_a_slurm_cluster_set_up_here(tmp_path, presets, demo_assets):
+    store = RunStore(tmp_path)
+    with pytest.raises(RequestError) as refused:
+        check_request(ValidationRequest(rungs=("one_gpu", "nodes")), presets, store, slurm=lambda: False)
+    assert refused.value.message_id == "validate.bad.no_slurm"
+    with pytest.raises(RequestError) as refused:
+        check_request(ValidationRequest(rungs=("one_gpu", "nodes"), nodes=1), presets, store, slurm=lambda: True)
+    assert refused.value.message_id == "validate.bad.number" and refused.value.params["name"] == "nodes"
+    with pytest.raises(RequestError) as refused:  # rung 1's batch of 2 over 3 nodes
+        check_request(ValidationRequest(rungs=("one_gpu", "nodes"), nodes=3), presets, store, slurm=lambda: True)
+    assert refused.value.message_id == "validate.bad.nodes_batch"
+    assert check_request(ValidationRequest(rungs=("one_gpu", "nodes")), presets, store, slurm=lambda: True).rungs == ("one_gpu", "nodes")
+
+
+def test_the_nodes_rung_matches_the_baseline_across_two_slurm_nodes(path_run, slurm_cluster):
+    """Rung 4 on the tests' own two-node Slurm cluster: one process on each node, the same
+    global batch as the path's one-GPU run (reused as the baseline), the same curve."""
+    from backend.service import RocBoard
+    from backend.service.validation_desk import ValidationDesk
+
+    _, runs, _ = path_run
+    [earlier] = [r for r in list_reports(runs) if len(r.rungs) == 3]
+    baseline = earlier.rungs[0].run_ids[0]
+    board = RocBoard(runs)
+    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {}, slurm=board.run_manager.slurm.client.configured)
+    try:
+        path_id = desk.start(ValidationRequest(rungs=("nodes",), base_run=baseline))
+        assert desk.wait(path_id, timeout=600).done
+        [rung] = desk.report(path_id).rungs
+    finally:
+        board.close()
+    assert rung.status == "pass", rung.causes
+    state = board.store.read(rung.run_ids[0])
+    assert state.executor == "slurm" and state.slurm_nodes == "n[1-2]" and state.state == "finished"
+    assert rung.figures["global_batch"] == rung.figures["baseline_global_batch"] == 4 and rung.figures["processes"] == 2
+    assert rung.figures["steps_compared"] == 24 and rung.figures["max_loss_gap"] <= 1e-4

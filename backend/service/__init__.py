@@ -126,7 +126,7 @@ class RocBoard:
         # Exports write under their own folder, ~/rocboard-exports, unless --export-root names others.
         self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
         # The validation path (one GPU, N GPUs, a fault drill): its rungs are runs like any other.
-        self.validation = ValidationDesk(self, lambda: self.presets, self.active_run, export_dir=self.export_dir)
+        self.validation = ValidationDesk(self, lambda: self.presets, self.active_run, export_dir=self.export_dir, slurm=self.run_manager.slurm.client.configured)
         self.helper: LlamaFactoryHelper | None = None
         if warm_helper:
             self.start_helper()

@@ -36,6 +36,7 @@ class ValidationDesk:
         active_run: Callable[[], Any],
         fingerprint: Callable[[Any], dict[str, str]] | None = None,
         export_dir: Path | None = None,
+        slurm: Callable[[], bool] | None = None,
     ):
         self.trainer = trainer
         self.export_dir = export_dir  # where a report's download copy goes (the app's served folder)
@@ -43,6 +44,7 @@ class ValidationDesk:
         self._presets = presets
         self._active_run = active_run
         self._fingerprint = fingerprint
+        self._slurm = slurm  # whether a Slurm cluster is set up here (the nodes rung)
         self._lock = threading.Lock()
         self._paths: dict[str, ValidationPath] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -57,7 +59,7 @@ class ValidationDesk:
     def check(self, request: ValidationRequest) -> ValidationRequest:
         """The request with its defaults filled in, or RequestError (a message id): what
         `start` refuses, asked without starting anything."""
-        return check_request(request, self._presets(), self.store)
+        return check_request(request, self._presets(), self.store, self._slurm)
 
     def start(self, request: ValidationRequest) -> str:
         """Checks the request and starts the path on a thread of its own; its id (the id of its

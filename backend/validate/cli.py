@@ -2,7 +2,8 @@
 
     python app.py validate [--preset ID] [--model PATH] [--dataset-dir D --dataset N]
         [--gpus N] [--rungs one_gpu,n_gpus,fault_drill] [--drill-step S] [--tolerance T]
-        [--max-steps M] [--compare REPORT_ID_OR_FILE] [--runs-dir DIR] [--lang zh-CN]
+        [--max-steps M] [--nodes N --partition P] [--compare REPORT_ID_OR_FILE] [--runs-dir DIR]
+        [--lang zh-CN]
 
 Prints each rung's progress and verdict, the report's path, and (with --compare) what moved
 since the earlier report. Exit status: 0 every rung passed (or was skipped), 1 a rung failed
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--drill-step", type=int, default=defaults.drill_step, help="kill a rank after this step")
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="relative loss gap allowed per step (default: 0.02)")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps, help="steps of each rung's run")
+    parser.add_argument("--nodes", type=int, default=defaults.nodes, help="Slurm nodes of the nodes rung, one process each (default: 2)")
+    parser.add_argument("--partition", default="", help="Slurm partition of the nodes rung (default: the cluster's)")
     parser.add_argument("--compare", default="", metavar="REPORT_ID_OR_FILE", help="compare the new report with this earlier one")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default: ./runs)")
     parser.add_argument("--lang", choices=LOCALES, default=DEFAULT_LOCALE, help="the language of the output (default: en)")
@@ -94,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         save_steps=drill_save_steps(args.drill_step),
         per_device_batch=args.per_device_batch,
         n_gpus_batch=args.n_gpus_batch,
+        nodes=args.nodes,
+        slurm_partition=args.partition,
     )
     from backend.config.presets import load_presets
     from backend.service import RocBoard

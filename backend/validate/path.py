@@ -14,7 +14,8 @@ Rungs (backend/validate/report.py RUNGS; docs/validate.md says what each proves)
    run must end failed with the kill named in its log, leave no process behind, resume from its
    last checkpoint through the run manager's resume, and its curve must continue with no gap,
    no step twice and no jump beyond the tolerance (and match rung 2's).
-4. nodes: not built in this version: reported "skipped" with a note.
+4. nodes: rung 2 across `nodes` Slurm nodes (the run's placement: the app's Slurm executor),
+   one process on each: the same global batch, the same curve as rung 1's.
 
 The path is stoppable at any rung (`stop()`: the rung's run is stopped, the rungs left are
 "skipped"), and saves its report after every rung (report.save_report writes atomically), so
@@ -107,6 +108,9 @@ class ValidationRequest:
     n_gpus_batch: int = 0
     # Rung 1 not run again: this earlier one_gpu run of the same settings is the baseline.
     base_run: str = ""
+    # Rung 4: Slurm nodes (one process each) and the partition ("": the cluster's default).
+    nodes: int = 2
+    slurm_partition: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {name: (list(value) if isinstance(value, tuple) else value) for name, value in self.__dict__.items()}
@@ -130,9 +134,10 @@ def parse_rungs(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(rung for rung in RUNGS if rung in names)
 
 
-def check_request(request: ValidationRequest, presets: Mapping[str, Any], store: RunStore | None = None) -> ValidationRequest:
+def check_request(request: ValidationRequest, presets: Mapping[str, Any], store: RunStore | None = None, slurm: Callable[[], bool] | None = None) -> ValidationRequest:
     """The request with its defaults filled in (the demo's model and data), or RequestError:
-    nothing is made before this passes."""
+    nothing is made before this passes. `slurm`: whether a Slurm cluster is set up here (the
+    nodes rung runs there; the cluster's own preflight then checks its partition and size)."""
     preset = presets.get(request.preset)
     if preset is None:
         raise RequestError("validate.bad.preset", preset=str(request.preset)[:80], presets=", ".join(sorted(presets)))
@@ -162,8 +167,17 @@ def check_request(request: ValidationRequest, presets: Mapping[str, Any], store:
         _whole(request.drill_step, "drill_step", 1, request.max_steps - 2)
         if request.drill_step <= request.save_steps:
             raise RequestError("validate.bad.drill_step", drill_step=request.drill_step, save_steps=request.save_steps, max_steps=request.max_steps)
-    if "n_gpus" in rungs and "one_gpu" not in rungs and not request.base_run:
+    if ("n_gpus" in rungs or "nodes" in rungs) and "one_gpu" not in rungs and not request.base_run:
         raise RequestError("validate.bad.needs_baseline")
+    if "nodes" in rungs:
+        _whole(request.nodes, "nodes", 2, 64)
+        if (request.gpus * request.per_device_batch) % request.nodes:
+            # Rung 1's per-device batch (gpus x b) is shared out over the nodes, one process each.
+            raise RequestError("validate.bad.nodes_batch", nodes=request.nodes, batch=request.gpus * request.per_device_batch)
+        if not isinstance(request.slurm_partition, str) or len(request.slurm_partition) > 64:
+            raise RequestError("validate.bad.number", name="slurm_partition", value=str(request.slurm_partition)[:40], low=0, high=64)
+        if slurm is not None and not slurm():
+            raise RequestError("validate.bad.no_slurm")
     if request.base_run:
         try:
             known = store is not None and store.read(request.base_run).state == "finished"
@@ -279,7 +293,8 @@ def global_batch(store: RunStore, run_id: str) -> int | None:
 
     try:
         form = read_saved_run(store.run_dir(run_id)).form
-        nodes = int(form.get("dist_nnodes") or 1)
+        # A Slurm run's nodes are the placement's (its plan's dist_nnodes is Slurm's to decide).
+        nodes = int(form.get("slurm_nodes") or 1) if form.get("run_on") == "slurm" else int(form.get("dist_nnodes") or 1)
         return int(form["batch_size"]) * int(form.get("grad_accum") or 1) * int(form.get("dist_nproc") or 1) * nodes
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -418,7 +433,7 @@ class ValidationPath:
                     elif rung == "fault_drill":
                         result = self._fault_drill(rung2 or baseline)
                     else:
-                        result = RungResult(rung, "skipped", causes=(Note("validate.note.nodes_not_built", {}),))
+                        result = self._nodes(baseline, baseline_run)
                 except Stopped:
                     result = RungResult(rung, "stopped", run_ids=self._runs_of(rung), causes=(Note("validate.note.path_stopped", {}),))
                 wall = self.clock() - started
@@ -552,25 +567,38 @@ class ValidationPath:
 
     def _n_gpus(self, baseline: list[tuple[int, float]] | None, baseline_run: str | None) -> RungResult:
         request = self.request
-        batch = request.n_gpus_batch or request.per_device_batch
+        form = self._form(f"validate-{request.gpus}-gpus", request.gpus, request.n_gpus_batch or request.per_device_batch, request.max_steps + 1)
+        return self._against_baseline("n_gpus", form, request.gpus, baseline, baseline_run)
+
+    def _nodes(self, baseline: list[tuple[int, float]] | None, baseline_run: str | None) -> RungResult:
+        """Rung 2 across `nodes` Slurm nodes, one process each: the same global batch."""
+        request = self.request
+        batch = request.gpus * request.per_device_batch // request.nodes  # rung 1's global batch again
+        form = self._form(f"validate-{request.nodes}-nodes", 1, batch, request.max_steps + 1)
+        form.update(run_on="slurm", slurm_nodes=request.nodes, slurm_partition=request.slurm_partition)
+        return self._against_baseline("nodes", form, request.nodes, baseline, baseline_run)
+
+    def _against_baseline(self, rung: str, form: dict[str, Any], processes: int, baseline: list[tuple[int, float]] | None, baseline_run: str | None) -> RungResult:
+        """A run of `processes` in all whose curve must match the baseline's step by step."""
+        request = self.request
         if baseline is None or baseline_run is None:
-            return RungResult("n_gpus", "skipped", causes=(Note("validate.note.no_baseline", {}),))
+            return RungResult(rung, "skipped", causes=(Note("validate.note.no_baseline", {}),))
         try:
-            run_id = self._start("n_gpus", self._form(f"validate-{request.gpus}-gpus", request.gpus, batch, request.max_steps + 1))
+            run_id = self._start(rung, form)
         except _StartRefused as refused:
-            return RungResult("n_gpus", "fail", causes=(refused.note,))
-        state = self._ended("n_gpus", run_id)
+            return RungResult(rung, "fail", causes=(refused.note,))
+        state = self._ended(rung, run_id)
         curve = _curve(self.store, run_id)
         base_figures = run_figures(self.store, baseline_run)
-        figures: dict[str, float | int | str] = {**run_figures(self.store, run_id), "processes": request.gpus}
+        figures: dict[str, float | int | str] = {**run_figures(self.store, run_id), "processes": processes}
         one, many = global_batch(self.store, baseline_run), global_batch(self.store, run_id)
         figures["global_batch"] = many or 0
         figures["baseline_global_batch"] = one or 0
         tps_one, tps_many = base_figures.get("tokens_per_s"), figures.get("tokens_per_s")
         if isinstance(tps_one, (int, float)) and isinstance(tps_many, (int, float)) and tps_one > 0:
-            figures["scaling_efficiency"] = round(tps_many / (request.gpus * tps_one), 3)
+            figures["scaling_efficiency"] = round(tps_many / (processes * tps_one), 3)
         if state.state != "finished":
-            return RungResult("n_gpus", "fail", (run_id,), figures, failure_causes(self.store, run_id), tuple(curve[:5000]))
+            return RungResult(rung, "fail", (run_id,), figures, failure_causes(self.store, run_id), tuple(curve[:5000]))
         verdict = compare_curves(baseline, curve, request.tolerance)
         figures.update(max_loss_gap=float(f"{verdict.max_gap:.3g}"), steps_compared=verdict.compared, tolerance=request.tolerance)
         if verdict.first_beyond is not None:
@@ -579,7 +607,7 @@ class ValidationPath:
         if not verdict.ok:
             causes.append(_mismatch(verdict))
             if one is not None and many is not None and one != many:
-                causes.append(Note("validate.cause.global_batch", {"one": one, "many": many, "processes": request.gpus}))
+                causes.append(Note("validate.cause.global_batch", {"one": one, "many": many, "processes": processes}))
             else:
                 causes.append(Note("validate.cause.precision", {}))
         imbalance = _imbalance(str(figures.get("vram_peak_mib_per_gpu", "")))
@@ -587,7 +615,7 @@ class ValidationPath:
             figures["vram_imbalance"] = imbalance
             if imbalance > 0.25:
                 causes.append(Note("validate.cause.imbalance", {"spread": f"{imbalance:.0%}"}))
-        return RungResult("n_gpus", "pass" if not causes else "fail", (run_id,), figures, tuple(causes), tuple(curve[:5000]))
+        return RungResult(rung, "pass" if not causes else "fail", (run_id,), figures, tuple(causes), tuple(curve[:5000]))
 
     def _fault_drill(self, reference: list[tuple[int, float]] | None) -> RungResult:
         request = self.request
