@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from backend.service import RocBoard
 
 log = logging.getLogger(__name__)
+FOLLOW_INTERVAL_S = 2.0
 ENDED_STATES = frozenset({"finished", "failed", "stopped", "deleted"})
 
 
@@ -94,6 +95,7 @@ class SweepDesk:
     def __init__(self, board: RocBoard):
         self.board = board
         self._lock = threading.Lock()
+        self._closed = threading.Event()
 
     @property
     def root(self):
@@ -139,6 +141,7 @@ class SweepDesk:
         except Exception:
             self._roll_back([m.run_id for m in members])
             raise
+        self.follow(sweep_id)
         return record
 
     def add_runs(self, sweep_id: str, spec: SweepSpec, stop_on_nan: bool = False) -> SweepRecord:
@@ -159,6 +162,7 @@ class SweepDesk:
             except Exception:
                 self._roll_back([m.run_id for m in members])
                 raise
+        self.follow(sweep_id)
         return updated
 
     def _start_all(self, sweep_id: str, runs: list[SweepRun], stop_on_nan: bool) -> list[SweepMember]:
@@ -263,12 +267,34 @@ class SweepDesk:
         try:
             from backend.notify import RunEvent  # type: ignore[import-not-found,unused-ignore]  # another helper's module, landing beside this one
 
-            value = next((row.metric(metric) for row in ranked if row.run_id == best), None)
+            top = next((row for row in ranked if row.run_id == best), None)
             states = [row.state for row in ranked]
-            figures = {"runs": len(ranked), "finished": states.count("finished"), "metric": metric, "best": value}
-            notifier.send(RunEvent("sweep_finished", best, "finished", "", {}, figures, record.id))
+            figures = {"runs": len(ranked), "finished": states.count("finished"), "metric": metric, "best_run": best, "best_value": top.metric(metric) if top else None}
+            notifier.send(RunEvent("sweep_finished", best, "finished", "", {}, figures, sweep_id=record.id, run_name=top.name if top else ""))
         except Exception:  # a notice never breaks the sweep
             log.exception("telling that sweep %s ended", record.id)
+
+    def follow(self, sweep_id: str, interval_s: float = FOLLOW_INTERVAL_S) -> threading.Thread:
+        """Looks at the sweep every `interval_s` on a thread of its own until its last run has
+        ended (then its end is recorded and said, once): the process that made the sweep
+        tells of its end with no tab open. A sweep made by `app.py sweep` (a process that
+        exits at once) is told of when `app.py status --sweep` or a view first sees it ended."""
+
+        def loop() -> None:
+            while not self._closed.wait(interval_s):
+                try:
+                    if self.view(sweep_id).finished:
+                        return
+                except Exception:  # the record gone, the runs dir unreadable: nothing to follow
+                    log.exception("following sweep %s", sweep_id)
+                    return
+
+        thread = threading.Thread(target=loop, daemon=True, name=f"sweep-{sweep_id[-4:]}")
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self._closed.set()
 
     # --- acting on it ------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""A 2 x 2 sweep of the CPU demo with the real llamafactory-cli (issue 30 §2's proof): every run
+queued through the page's Start, all four finish, and the ranked table's order is the order of
+the runs' own final losses as their trainer_log.jsonl says; `status --sweep` prints that order;
+the sweep's end is recorded once and said to the notifier. The one end-to-end test of sweeps."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from backend.service import RocBoard, demo_form
+from backend.sweep.desk import SweepDesk
+from backend.sweep.record import read_record
+from backend.sweep.spec import Axis, SweepSpec
+from tests.harness import wait_until
+from tests.tiers import starts
+
+
+class Recorder:
+    """Stands in for the app's notifier: keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def send(self, event) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        pass
+
+    def recent(self, *args, **kwargs):
+        return []
+
+
+def final_loss_from_the_file(run_dir) -> float:
+    lines = [json.loads(line) for line in (run_dir / "output" / "trainer_log.jsonl").read_text().splitlines() if line.strip()]
+    return [line["loss"] for line in lines if "loss" in line][-1]
+
+
+@starts("lf_helper", "trainer")
+def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_path, demo_assets, monkeypatch):
+    from backend.runs_cli import status_main
+
+    monkeypatch.delenv("ROCBOARD_WARM_START", raising=False)
+    runs = tmp_path / "runs"
+    board = RocBoard(runs, warm_helper=True)
+    recorder = Recorder()
+    board.notifier = recorder  # type: ignore[assignment]
+    desk = SweepDesk(board)
+    try:
+        board.keep_queue()
+        form = {**demo_form(), "max_steps": 6, "save_steps": 100, "cutoff_len": 64}
+        spec = SweepSpec((Axis("learning_rate", ("1e-2", "1e-4")), Axis("lora_rank", ("4", "8"))))
+        record = desk.create(spec, form, "sw")
+        assert [m.name for m in record.runs] == ["sw-lr0.01-r4", "sw-lr0.01-r8", "sw-lr1e-4-r4", "sw-lr1e-4-r8"]
+        assert all(board.run_manager.refresh(m.run_id).alive for m in record.runs)  # each started or queued
+        assert {board.store.read(m.run_id).name for m in record.runs} == {m.name for m in record.runs}
+
+        view = wait_until(lambda: (v := desk.view(record.id)).finished and v, 400, interval=1.0, what="the sweep's four runs to end")
+        assert [row.state for row in view.rows] == ["finished"] * 4
+        own = {row.run_id: final_loss_from_the_file(board.store.run_dir(row.run_id)) for row in view.rows}
+        assert [row.run_id for row in view.rows] == sorted(own, key=own.__getitem__)
+        assert [row.final_loss for row in view.rows] == [own[row.run_id] for row in view.rows]
+        assert view.best_run_id == view.rows[0].run_id
+        assert all(row.tokens_per_s and row.duration_s for row in view.rows)
+        assert len(view.overlay["data"]) == 4
+        # Its end: recorded once, said once.
+        assert read_record(runs, record.id).finished_at is not None
+        desk.view(record.id)
+        ends = [e for e in recorder.events if getattr(e, "kind", "") == "sweep_finished"]
+        assert len(ends) == 1 and ends[0].sweep_id == record.id and ends[0].figures["best_run"] == view.best_run_id
+
+        out = io.StringIO()
+        assert status_main(["--sweep", record.id, "--runs-dir", str(runs)], out, io.StringIO()) == 0
+        lines = out.getvalue().splitlines()
+        assert [line.split()[1] for line in lines[1:5]] == [row.run_id for row in view.rows]
+        assert lines[5] == f"best run: {view.best_run_id}"
+    finally:
+        desk.close()
+        for run in board.store.list():
+            if run.alive:
+                board.stop(run.id)
+        board.close()
