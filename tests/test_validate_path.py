@@ -120,6 +120,8 @@ def test_rungs_one_to_three_pass_on_the_demo_with_real_figures(path_run):
     one, many, drill = report.rungs
     assert [r.rung for r in report.rungs] == ["one_gpu", "n_gpus", "fault_drill"]
     assert [r.status for r in report.rungs] == ["pass", "pass", "pass"], [r.causes for r in report.rungs]
+    assert report.data_fingerprint is not None and report.data_fingerprint.startswith("sha256:")  # LLaMA-Factory's tokenized examples
+    assert report.machine["preset"] == "cpu-demo" and "torch" in report.machine
     store = RunStore(runs)
     for rung in report.rungs:
         [run_id] = rung.run_ids
@@ -156,7 +158,7 @@ def test_a_different_global_batch_fails_rung_2_with_the_named_cause(path_run):
     [earlier] = [r for r in list_reports(runs) if len(r.rungs) == 3]
     baseline = earlier.rungs[0].run_ids[0]
     board = RocBoard(runs)
-    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {})
+    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {}, data_fingerprint=lambda run_dirs: None)
     try:
         path_id = desk.start(ValidationRequest(rungs=("n_gpus",), base_run=baseline, n_gpus_batch=2))
         status = desk.wait(path_id, timeout=600)
@@ -257,7 +259,7 @@ def test_the_nodes_rung_matches_the_baseline_across_two_slurm_nodes(path_run, sl
     [earlier] = [r for r in list_reports(runs) if len(r.rungs) == 3]
     baseline = earlier.rungs[0].run_ids[0]
     board = RocBoard(runs)
-    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {}, slurm=board.run_manager.slurm.client.configured)
+    desk = ValidationDesk(board, lambda: board.presets, board.active_run, fingerprint=lambda preset: {}, slurm=board.run_manager.slurm.client.configured, data_fingerprint=lambda run_dirs: None)
     try:
         path_id = desk.start(ValidationRequest(rungs=("nodes",), base_run=baseline))
         assert desk.wait(path_id, timeout=600).done

@@ -37,6 +37,7 @@ class ValidationDesk:
         fingerprint: Callable[[Any], dict[str, str]] | None = None,
         export_dir: Path | None = None,
         slurm: Callable[[], bool] | None = None,
+        data_fingerprint: Callable[[list[Path]], str | None] | None = None,
     ):
         self.trainer = trainer
         self.export_dir = export_dir  # where a report's download copy goes (the app's served folder)
@@ -45,6 +46,7 @@ class ValidationDesk:
         self._active_run = active_run
         self._fingerprint = fingerprint
         self._slurm = slurm  # whether a Slurm cluster is set up here (the nodes rung)
+        self._data_fingerprint_of = data_fingerprint or self._data_fingerprint
         self._lock = threading.Lock()
         self._paths: dict[str, ValidationPath] = {}
         self._threads: dict[str, threading.Thread] = {}
@@ -72,7 +74,7 @@ class ValidationDesk:
             active = self._active_run()
             if active is not None:
                 raise RequestError("validate.bad.run_active", run_id=active.id)
-            path = ValidationPath(self.trainer, checked, {}, reports.save_report)
+            path = ValidationPath(self.trainer, checked, {}, reports.save_report, data_fingerprint=self._data_fingerprint_of)
             self._paths[path.path_id] = path
             thread = threading.Thread(target=self._run, args=(path,), daemon=True, name=f"validate-{path.path_id}")
             self._threads[path.path_id] = thread
@@ -101,6 +103,14 @@ class ValidationDesk:
         except Exception:  # a report without a fingerprint beats no report
             log.exception("the machine fingerprint could not be taken")
             return {}
+
+    @staticmethod
+    def _data_fingerprint(run_dirs: list[Path]) -> str | None:
+        """The data fingerprint of the path's runs (one recorded by the warm helper, else
+        computed by LLaMA-Factory's own preprocessing in a one-shot helper: seconds)."""
+        from backend.validate.fingerprint import path_data_fingerprint
+
+        return path_data_fingerprint(run_dirs)
 
     def _forget_old(self) -> None:
         ended = [path_id for path_id, thread in self._threads.items() if not thread.is_alive()]

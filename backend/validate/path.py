@@ -346,6 +346,7 @@ class ValidationPath:
         save: Callable[[Path, ValidationReport], Any],
         path_id: str | None = None,
         clock: Callable[[], float] = time.time,
+        data_fingerprint: Callable[[list[Path]], str | None] | None = None,
     ):
         self.trainer = trainer
         self.store = trainer.store
@@ -355,6 +356,11 @@ class ValidationPath:
         self.path_id = path_id or new_report_id()
         self.clock = clock
         self._stop = threading.Event()
+        # The report's data fingerprint (report.fingerprint.path_data_fingerprint): asked once,
+        # after the first rung that made a run (every rung trains on the same data).
+        self._data_fingerprint_of = data_fingerprint
+        self.data_fingerprint: str | None = None
+        self._fingerprint_asked = False
         self._lock = threading.Lock()
         self._status = PathStatus(self.path_id, {rung: "waiting" for rung in request.rungs})
         self.results: list[RungResult] = []
@@ -398,7 +404,7 @@ class ValidationPath:
             request=self.request.to_dict(),
             rungs=tuple(self.results),
             machine=dict(self.machine),
-            data_fingerprint=None,
+            data_fingerprint=self.data_fingerprint,
         )
 
     def _save(self) -> None:
@@ -466,6 +472,12 @@ class ValidationPath:
 
     def _finish(self, result: RungResult) -> None:
         self.results.append(result)
+        if result.run_ids and not self._fingerprint_asked and self._data_fingerprint_of is not None and not self.stopping:
+            self._fingerprint_asked = True
+            try:
+                self.data_fingerprint = self._data_fingerprint_of([self.store.run_dir(run_id) for run_id in result.run_ids])
+            except Exception:  # noqa: BLE001 - a report without it beats no report
+                self.data_fingerprint = None
         self._rung_state(result.rung, result.status)
         self._save()
 
