@@ -161,6 +161,14 @@ def test_the_validate_tab_in_chinese_refuses_bad_input_and_compares_kept_reports
     assert english_runs(text) == [], f"English on the Chinese Validate tab: {english_runs(text)}"
     shoot(page, "validate-zh-CN")
 
+    # The language switch: the report and the comparison shown are drawn again in English.
+    page.locator("#language label", has_text="English").click()
+    english = heading(translate("validate.view.rung_heading", "en", rung=translate("validate.rung.n_gpus", "en"), status=translate("validate.status.fail", "en")))
+    wait_for_text(page, "#validate-report-view", english)
+    assert plain(note_markdown(cause, "en")) in folded(text_of(page, "#validate-report-view"))
+    wait_for_text(page, "#validate-comparison", translate("validate.compare.machine_changed", "en").rstrip(":"))
+    assert translate("validate.tab.start", "en") in tab.inner_text()
+
 
 # --- English: the path from the page, its report downloaded, an older one uploaded and compared --
 
@@ -178,11 +186,18 @@ def test_a_path_started_from_the_page_passes_and_its_report_compares_with_an_upl
     # While it runs: the rungs' table, Stop red and usable.
     wait_for_text(page, "#validate-status", translate("validate.tab.state.running", "en"))
     page.wait_for_function("() => { const b = document.querySelector('#validate-stop'); return !!b && !b.disabled && b.classList.contains('stop'); }", timeout=UI_TIMEOUT_MS)
+    # Another page opened meanwhile (a reload, a second tab) finds the path and follows it.
+    other = page_of("en-US", editable=False)
+    open_validate_tab(other)
+    wait_for_text(other, "#validate-status", translate("validate.tab.state.running", "en"))
+    other.wait_for_function("() => { const b = document.querySelector('#validate-stop'); return !!b && !b.disabled; }", timeout=UI_TIMEOUT_MS)
+    other.context.close()
     one_gpu, n_gpus = translate("validate.rung.one_gpu", "en"), translate("validate.rung.n_gpus", "en")
     passed = heading(translate("validate.view.rung_heading", "en", rung=n_gpus, status=translate("validate.status.pass", "en")))
-    failed = heading(translate("validate.view.rung_heading", "en", rung=n_gpus, status=translate("validate.status.fail", "en")))
-    view = folded(wait_for_text(page, "#validate-report-view", passed, failed, timeout_ms=PATH_TIMEOUT_MS))
+    # The path ends: Stop is no longer usable, and its report is the one shown below.
+    page.wait_for_function("() => document.querySelector('#validate-stop')?.disabled === true", timeout=PATH_TIMEOUT_MS, polling=500)
     [new_id] = {r.id for r in list_reports(server.runs_dir)} - reports_before
+    view = folded(wait_for_text(page, "#validate-report-view", new_id))
     report = load_report(server.runs_dir, new_id)
     assert [(r.rung, r.status) for r in report.rungs] == [("one_gpu", "pass"), ("n_gpus", "pass")], [(r.rung, r.status, r.causes) for r in report.rungs]
     assert heading(translate("validate.view.rung_heading", "en", rung=one_gpu, status=translate("validate.status.pass", "en"))) in view and passed in view
@@ -195,7 +210,6 @@ def test_a_path_started_from_the_page_passes_and_its_report_compares_with_an_upl
     assert set(made) == {report.rungs[0].run_ids[0], rung2.run_ids[0]} and all(state["state"] == "finished" for state in made.values())
     status = folded(text_of(page, "#validate-status"))
     assert plain(translate("validate.progress.done", "en", passed=2, rungs=2)) in status
-    page.wait_for_function("() => document.querySelector('#validate-stop')?.disabled === true", timeout=UI_TIMEOUT_MS)
     assert button_state(page, "validate-stop") == {"enabled": False, "red": False}
     shoot(page, "validate")
 
