@@ -75,6 +75,19 @@ def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_pat
         lines = out.getvalue().splitlines()
         assert [line.split()[1] for line in lines[1:5]] == [row.run_id for row in view.rows]
         assert lines[5] == f"best run: {view.best_run_id}"
+
+        # Runs added later (names unique beside the sweep's own), then the rest cancelled and
+        # the one running stopped: none of the sweep is left alive.
+        more = desk.add_runs(record.id, SweepSpec((Axis("lora_rank", ("4", "16")),), seeds=0))
+        added = more.runs[4:]
+        assert [m.name for m in added] == ["sw-r4", "sw-r16"] and len(more.runs) == 6
+        assert read_record(runs, record.id).finished_at is None
+        cancelled = desk.cancel_rest(record.id)
+        assert cancelled, "with one run here at a time, or two on the demo's one CPU slot, the second one waits"
+        assert all(board.store.read(run_id).stop_reason == "reason.cancelled_in_queue" for run_id in cancelled)
+        desk.stop_all(record.id)
+        assert not any(board.run_manager.refresh(m.run_id).alive for m in more.runs)
+        assert {board.store.read(m.run_id).state for m in added} <= {"stopped", "finished"}
     finally:
         desk.close()
         for run in board.store.list():
