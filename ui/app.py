@@ -15,6 +15,7 @@ from ui.export_tab import EXPORT_CSS, build_export_tab
 from ui.gradio_locale import follow_page_language
 from ui.import_tab import build_import_tab
 from ui.live import live_script
+from ui.notify import notify_script
 from ui.runs_tab import RUNS_CSS, build_runs_tab
 from ui.train_tab import ACTIONS_CSS, build_train_tab
 from ui.validate_tab import build_validate_tab
@@ -26,7 +27,7 @@ TRAIN_TAB_ID = "train"
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
     with gr.Blocks(
-        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS + DOCTOR_CSS, head=live_script(), theme=gr.themes.Default(primary_hue="red")
+        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS + DOCTOR_CSS, head=live_script() + notify_script(), theme=gr.themes.Default(primary_hue="red")
     ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from backend.health import HealthSettings
+    from backend.i18n import Message
+    from backend.notify import Notifier
 
 APP_DIR_PREFIX = "rocboard-app-"
 
@@ -99,6 +101,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
     add_health_flags(parser)
+    add_notify_flags(parser)
     args = parser.parse_args(argv)
     try:
         args.health = health_settings(args)
@@ -130,6 +133,39 @@ def add_health_flags(parser: argparse.ArgumentParser) -> None:
         low, high = BOUNDS[name]
         group.add_argument(flag, type=float, default=getattr(defaults, name), metavar="N", help=f"{what} (default {getattr(defaults, name):g}; {low:g} to {high:g})")
     group.add_argument("--health-stop-on-stall", action="store_true", help="stop a stalled run (it can be resumed from its last checkpoint); off unless given")
+
+
+def add_notify_flags(parser: argparse.ArgumentParser) -> None:
+    from backend.i18n import LOCALES
+    from backend.notify.webhook import ENV_URL, WEBHOOK_KINDS
+
+    group = parser.add_argument_group("Word when a run ends", "a webhook POST when a run finishes, fails, stops on NaN or stalls, and when a sweep ends (docs/notify.md)")
+    group.add_argument(
+        "--webhook-url",
+        default=None,
+        metavar="URL",
+        help=f"where to POST (http or https; also {ENV_URL}, which keeps it out of the process list). Its path and query are treated as a secret: shown as scheme://host/…",
+    )
+    group.add_argument("--webhook-kind", default="auto", choices=WEBHOOK_KINDS, help="the payload's shape (default auto: by the URL's host; json for any other)")
+    group.add_argument("--lang", default="en", choices=LOCALES, help="the language of what the app sends by itself: the webhook's messages (default en)")
+
+
+def notifier_for(args: argparse.Namespace, own_hosts: list[str]) -> Notifier | Message:
+    """The app's Notifier (a webhook when --webhook-url or ROCBOARD_WEBHOOK_URL names one), or the
+    message that refuses the URL (redacted) before anything is sent. The variable is removed
+    from this process's environment once read: no child could inherit it."""
+    from backend.i18n import Message
+    from backend.notify import Notifier
+    from backend.notify.webhook import ENV_URL, webhook_settings
+
+    url = args.webhook_url or os.environ.get(ENV_URL) or ""
+    os.environ.pop(ENV_URL, None)
+    if not url:
+        return Notifier(locale=args.lang)
+    settings = webhook_settings(url, args.webhook_kind, args.lang, app_port=args.port, own_hosts=[args.host, *own_hosts])
+    if isinstance(settings, Message):
+        return settings
+    return Notifier(settings, locale=args.lang)
 
 
 def health_settings(args: argparse.Namespace) -> HealthSettings:
@@ -268,6 +304,18 @@ def serve_main(argv: list[str]) -> int:
             print(f"error: --allowed-host takes a host name or address (no scheme, port, path or wildcard); got {value!r}.", file=sys.stderr)
             return 2
         listed.append(name)
+    from backend.i18n import Message
+    from ui.guard.origin import is_wildcard_bind
+
+    notifier = notifier_for(args, own_host_names() if is_wildcard_bind(args.host) else [])
+    if isinstance(notifier, Message):
+        print(f"error: {notifier.text(args.lang)}", file=sys.stderr)
+        return 2
+    if notifier.webhook is not None:
+        from backend.i18n import translate
+
+        print(translate("notify.webhook.on", args.lang, url=notifier.webhook.redacted, kind=notifier.webhook.kind), file=sys.stderr)
+    args.notifier = notifier
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     temp_base = Path(tempfile.gettempdir())
     gradio_base = Path(os.environ.get("GRADIO_TEMP_DIR") or temp_base / "gradio")
@@ -290,6 +338,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     from ui.guard.origin import allowed_host_names, is_wildcard_bind, normalize_host_name
     from ui.guard.quota import MIB, UploadQuota, upload_body_cap
     from ui.live import LiveRoutes
+    from ui.notify import NoticeRoutes
 
     sampler = Sampler(sysfs_root=Path(args.sysfs_root))
     sampler.start()
@@ -307,6 +356,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         max_upload_bytes=args.max_upload_mb * MIB,
         export_roots=[Path(root) for root in args.export_root] if args.export_root else None,
         health=args.health,
+        notifier=args.notifier,
     )
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
@@ -333,7 +383,7 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         # Room for two uploads of the largest size at once (a dataset being added while
         # another is previewed) and never less than the small files' old quota.
         uploads=UploadQuota(uploaded=page.upload_file_set, staging=dirs.staging, max_bytes=max(32 * MIB, 2 * max_upload)),
-        own_routes=lambda gradio_app: LiveRoutes(gradio_app, board),
+        own_routes=lambda gradio_app: NoticeRoutes(LiveRoutes(gradio_app, board), board),
     )
 
     stop = threading.Event()

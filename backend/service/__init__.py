@@ -34,6 +34,7 @@ from backend.config import RunConfig
 from backend.config.presets import PRESETS_DIR, HardwarePreset, PresetLoadError
 from backend.export.target import default_export_roots
 from backend.findings import Finding, has_problems
+from backend.notify import Notifier
 from backend.runs import RunNotFound, RunState, RunStore, artifacts
 from backend.runs.launcher import Launcher
 from backend.service.chat_desk import ChatDesk
@@ -99,6 +100,7 @@ class RocBoard:
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         export_roots: Sequence[Path] | None = None,
         health: HealthSettings | None = None,
+        notifier: Notifier | None = None,
     ):
         self.store = RunStore(Path(runs_dir))
         self.store.ensure_root()
@@ -114,7 +116,9 @@ class RocBoard:
         self.monitors = Monitors(self.store)
         self.run_manager = RunManager(self.store, self.pipeline, self.monitors, sampler)
         # The GPU health thresholds (python app.py --health-*; backend/health).
-        self.decisions = RunDecisions(self.run_manager, self.monitors, health=health)
+        # Word when a run ends (backend/notify): the webhook of --webhook-url, the tabs' notifications.
+        self.notifier = notifier or Notifier()
+        self.decisions = RunDecisions(self.run_manager, self.monitors, health=health, notifier=self.notifier)
         self.run_manager.on_launch = self.decisions.follow
         # The Doctor reads the machine the sampler reads (a fake /sys with --sysfs-root).
         self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"), self.store.root, self.run_manager.slurm.client)
@@ -152,6 +156,7 @@ class RocBoard:
         self.validation.close()
         self.chat.close()
         self.exports.close()
+        self.notifier.close()
         self.close_helper()
 
     def close_helper(self) -> None:
@@ -404,6 +409,11 @@ class RocBoard:
         """The watcher's tick (ui/live.py): has `run_id` moved on from the `drawn` version,
         and its charts if so."""
         return live_answer(self.monitors, self.run_manager, run_id, locale, drawn)
+
+    def notices(self, after: int | None, locale: str = "en") -> dict[str, Any]:
+        """The words sent since a tab's cursor `after` (runs ended, stalled, sweeps done), in
+        `locale`, for its browser notifications (ui/notify.py; backend/notify)."""
+        return self.notifier.recent(after, locale)
 
     def failure_cause(self, run_id: str, locale: str = "en") -> tuple[str, str]:
         """(cause, fix) of a failed run (backend/service/failure.py); empty when unknown."""

@@ -5,7 +5,9 @@
 - build the run's adapter.zip once its trainer has ended with an adapter saved;
 - watch its GPUs' health (backend/health: imbalance, a lost rank, a stall), recording each
   alert once in the run's alerts.jsonl, and stop a stalled run if the app's
-  stop-on-stall setting says so (`python app.py --health-stop-on-stall`).
+  stop-on-stall setting says so (`python app.py --health-stop-on-stall`);
+- send word of a run's end (finished, failed with its cause, stopped on NaN) and of a stall
+  alert to the app's Notifier (backend/notify: the webhook, the tabs' notifications), once.
 
 A page only shows what was decided. One thread follows the runs that train (one, normally)
 and ends when none is left; a start, a resume or a re-attach wakes it again.
@@ -19,7 +21,10 @@ import time
 
 from backend.health import HealthAlert, HealthSettings, HealthWatch
 from backend.health.record import append_events, last_log_at, read_events
-from backend.runs import RunNotFound, RunState, artifacts
+from backend.notify import Notifier, RunEvent
+from backend.runs import RunNotFound, RunState, RunStore, artifacts
+from backend.runs.trainer_log import log_path, read_best_eval_loss, read_log_tail
+from backend.service.failure import failure_cause_id
 from backend.service.monitors import POLL_INTERVAL_S, Monitors, RunMonitor
 from backend.service.run_manager import RunManager
 
@@ -29,11 +34,16 @@ STOP_RECORD_WAIT_S = 10.0  # how long a stop on stall waits for the trainer's en
 
 
 class RunDecisions:
-    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S, health: HealthSettings | None = None):
+    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S, health: HealthSettings | None = None, notifier: Notifier | None = None):
         self.manager = manager
         self.monitors = monitors
         self.interval_s = interval_s
         self.health = health or HealthSettings()
+        self.notifier = notifier
+        # run id -> the end last announced (its attempt and end time): one word per end.
+        self._announced: dict[str, tuple[int, float | None]] = {}
+        # runs this app stopped on NaN: their end may be seen before the reason is written over it
+        self._nan_stopped: set[str] = set()
         # run id -> (the monitor whose readings it watches, the watch): a new monitor (the run
         # resumed, its readings read again from the start) gets a watch seeded from the record.
         self._watches: dict[str, tuple[RunMonitor, HealthWatch]] = {}
@@ -67,12 +77,14 @@ class RunDecisions:
             monitor.feed_health()  # before its first poll: a restarted app's watch sees the run's readings from the start
             monitor.poll()
             if state.stop_on_nan and monitor.alert() is not None:
+                self._nan_stopped.add(run_id)
                 self.manager.stop_for_alert(run_id)
                 return True
             self._watch_health(state, monitor)
             return True
         self._watches.pop(run_id, None)
         self._build_adapter_zip(run_id)
+        self._announce_end(state)
         return False
 
     def health_seen(self, run_id: str) -> float | None:
@@ -97,6 +109,9 @@ class RunDecisions:
         except OSError as error:  # a link planted at alerts.jsonl, the disk full: the watch goes on
             log.warning("health alerts of run %s not recorded: %s", state.id, error)
         stall = next((e for e in events if isinstance(e, HealthAlert) and e.kind == "stall"), None)
+        if stall is not None and self.notifier is not None:
+            seen = stall.message()
+            self.notifier.send(RunEvent("run_stalled", state.id, state.state, seen.key, dict(seen.params), run_figures(self.manager.store, state), run_name=state.name))
         if stall is not None and self.health.stop_on_stall:
             self.manager.stop(state.id)
             # The trainer's end is recorded by the thread that waits on it, which may come after
@@ -106,6 +121,21 @@ class RunDecisions:
                 time.sleep(0.05)
             # A message id: the page renders it in its own language (view.stop_reason_text).
             self.manager.store.update(state.id, stop_reason="reason.stopped_on_stall", stop_reason_params={"seconds": f"{stall.at - stall.since:.0f}"})
+
+    def _announce_end(self, state: RunState) -> None:
+        """Word of the run's end to the Notifier, once per end (a run resumed ends again)."""
+        if self.notifier is None or self._announced.get(state.id) == (state.attempts, state.ended_at):
+            return
+        self._announced[state.id] = (state.attempts, state.ended_at)
+        nan_stop = state.id in self._nan_stopped
+        self._nan_stopped.discard(state.id)
+        try:
+            event = end_event(self.manager.store, state, nan_stop)
+        except (OSError, RunNotFound) as error:
+            log.warning("the end of run %s not announced: %s", state.id, error)
+            return
+        if event is not None:
+            self.notifier.send(event)
 
     def _build_adapter_zip(self, run_id: str) -> None:
         """Built once, at the end, so that a download is ready when a page asks (it is
@@ -137,4 +167,31 @@ class RunDecisions:
             time.sleep(self.interval_s)
 
 
-__all__ = ["RunDecisions"]
+def run_figures(store: RunStore, state: RunState) -> dict[str, object]:
+    """What a word about the run says of it: its last step (of how many), last loss, best
+    eval loss and minutes of training, those known."""
+    run_dir = store.run_dir(state.id)
+    tail = read_log_tail(log_path(run_dir), run_dir)
+    figures: dict[str, object] = {"step": tail.step, "total": tail.total_steps, "loss": tail.last_loss, "eval_loss": read_best_eval_loss(log_path(run_dir), run_dir)}
+    if state.started_at is not None:
+        figures["minutes"] = round(((state.ended_at or time.time()) - state.started_at) / 60, 1)
+    return {name: value for name, value in figures.items() if value is not None}
+
+
+def end_event(store: RunStore, state: RunState, nan_stop: bool = False) -> RunEvent | None:
+    """The word a run's end is worth: finished, failed (with its cause), stopped on NaN; None
+    for a stop the user asked for (they know), a stop on stall (its alert was the word) and a
+    run cancelled in the queue. `nan_stop`: this app stopped it on NaN (its state may not say so yet)."""
+    cause: tuple[str, dict[str, object]] = ("", {})
+    if state.state == "finished":
+        kind = "run_finished"
+    elif state.state == "failed":
+        kind, cause = "run_failed", failure_cause_id(store, state)
+    elif state.state == "stopped" and (nan_stop or state.stop_reason == "reason.stopped_on_nan"):
+        kind, cause = "run_nan_stop", ("reason.stopped_on_nan", {})
+    else:
+        return None
+    return RunEvent(kind, state.id, state.state, cause[0], dict(cause[1]), run_figures(store, state), run_name=state.name)
+
+
+__all__ = ["RunDecisions", "end_event", "run_figures"]
