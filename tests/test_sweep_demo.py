@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+
+import pytest
 
 from backend.service import RocBoard, demo_form
 from backend.sweep.desk import SweepDesk
@@ -32,6 +35,19 @@ class Recorder:
         return []
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too: its state in /proc says Z.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def final_loss_from_the_file(run_dir) -> float:
     lines = [json.loads(line) for line in (run_dir / "output" / "trainer_log.jsonl").read_text().splitlines() if line.strip()]
     return [line["loss"] for line in lines if "loss" in line][-1]
@@ -51,6 +67,26 @@ def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_pat
         board.keep_queue()
         form = {**demo_form(), "max_steps": 6, "save_steps": 100, "cutoff_len": 64}
         spec = SweepSpec((Axis("learning_rate", ("1e-2", "1e-4")), Axis("lora_rank", ("4", "8"))))
+
+        # Nothing half-made: the third Start fails (as a full disk would) after two runs were
+        # made, one of them training: both are taken back, its trainer stopped, no record kept.
+        real_start, made = board.start, []
+
+        def failing_start(form, **kwargs):
+            if len(made) == 2:
+                raise OSError(28, "No space left on device")
+            result = real_start(form, **kwargs)
+            made.append(result.run)
+            return result
+
+        monkeypatch.setattr(board, "start", failing_start)
+        with pytest.raises(OSError):
+            desk.create(spec, form, "sw")
+        monkeypatch.setattr(board, "start", real_start)
+        assert len(made) == 2 and made[0].active and made[0].pid and made[1].state == "queued"
+        assert board.store.list() == [] and not (runs / "sweeps").exists()
+        assert not any(_alive(state.pid) for state in made if state.pid)
+
         record = desk.create(spec, form, "sw")
         assert [m.name for m in record.runs] == ["sw-lr0.01-r4", "sw-lr0.01-r8", "sw-lr1e-4-r4", "sw-lr1e-4-r8"]
         assert all(board.run_manager.refresh(m.run_id).alive for m in record.runs)  # each started or queued
