@@ -334,3 +334,36 @@ def test_a_tab_asks_for_the_events_after_its_cursor_in_its_language(tmp_path):
     assert json.loads(ask(board, b"after=99&lang=en")[1]) == {"seq": 2, "events": []}  # a cursor from before a restart
     assert ask(board, b"after=x")[0] == 400 and ask(board, b"run=1")[0] == 400
     assert ask(board, b"after=1", method="POST")[0] == 405
+
+
+def test_a_stall_alert_is_posted_once_with_its_words(tmp_path, receiver):
+    """The stall of test_health_training.py (a stand-in that never logs, its simulated GPUs gone
+    idle after training): its alert is posted once, its cause the alert's own message."""
+    from backend.health import HealthSettings
+    from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards, set_load
+    from backend.telemetry.sampler import Sampler
+
+    gib = 2**30
+    gpus = build_fake_sysfs(tmp_path / "sys", server_cards(2), bmc_vga=False)
+    set_load(gpus, {0: (20 * gib, 92), 1: (20 * gib, 90)})
+    answering = receiver("ok")
+    sampler = Sampler(interval_s=0.25, sysfs_root=gpus)
+    sampler.start()
+    board = RocBoard(tmp_path / "runs", sampler=sampler, export_dir=tmp_path / "exports", health=HealthSettings(stall_s=1.0), notifier=Notifier(settings(answering.url())))
+    state = board.store.create("hung", "mi250", "m", {"config.yaml": "", "train.log": ""})
+    board.run_manager.launch(state.id, {}, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        wait_until(lambda: (board.decisions.health_seen(state.id) or 0) > 0, 30, what="the health watch's first reading")
+        seen = board.decisions.health_seen(state.id) or 0
+        wait_until(lambda: (board.decisions.health_seen(state.id) or 0) > seen, 30, what="a reading of the GPUs training")
+        set_load(gpus, {0: (None, 0), 1: (None, 0)})
+        wait_until(lambda: answering.posts, 30, what="the stall's POST")
+        stalled_at = board.decisions.health_seen(state.id) or 0
+        wait_until(lambda: (board.decisions.health_seen(state.id) or 0) > stalled_at + 2, 30, what="readings after the alert")
+        assert board.notifier.idle(10)
+        [(_, body)] = answering.posts  # once per episode
+        assert (body["event"], body["run"], body["state"], body["cause"]["id"]) == ("run_stalled", state.id, "running", "health.stall.problem")
+        assert body["cause"]["params"]["gpus"] == 2 and "communication hang" in body["cause"]["text"]
+    finally:
+        board.stop(state.id)
+        sampler.stop()

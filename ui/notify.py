@@ -103,8 +103,8 @@ NOTIFY_JS = """
       if (!response.ok) return;
       const answer = await response.json();
       for (const e of answer.events || []) {
-        window.rocboardNotify.shown.push(e);
         new Notification(String(e.title), { body: String(e.body), tag: "rocboard-" + e.seq });
+        window.rocboardNotify.shown.push(e); // after: what a test reads was shown for real
       }
       cursor = answer.seq;
     } catch (error) {
