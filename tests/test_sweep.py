@@ -187,3 +187,51 @@ def test_the_sweep_subcommand_is_wired():
 
     assert app.SUBCOMMANDS["sweep"] == "backend.sweep.cli:sweep_main"
     assert Path(app.__file__).read_text().count("app.py sweep") == 1
+
+
+def test_early_stop_stops_a_run_clearly_worse_than_the_median_at_its_step():
+    from backend.sweep.view import losing_runs
+
+    evals = {
+        "a": {10: 2.0, 20: 1.5},
+        "b": {10: 2.1, 20: 1.6},
+        "c": {10: 2.2, 20: 1.7},
+        "bad": {10: 3.0, 20: 2.5},  # 2.5 > median 1.65 x 1.1
+        "early": {10: 9.0},  # one eval point: not yet judged with K = 2
+    }
+    stopped = losing_runs(evals, {"a", "bad", "early"}, after_evals=2, margin=0.1)
+    assert [(s.run_id, s.step, s.eval_loss) for s in stopped] == [("bad", 20, 2.5)]
+    assert stopped[0].median == pytest.approx(1.65)
+    # Within the margin, or with fewer than three runs at that step, or not training: no stop.
+    assert losing_runs(evals, {"bad"}, after_evals=2, margin=0.6) == []
+    assert losing_runs({"a": {20: 1.0}, "bad": {20: 5.0}}, {"bad"}, after_evals=1, margin=0.1) == []
+    assert losing_runs(evals, {"a", "b", "c"}, after_evals=2, margin=0.1) == []
+
+
+@pytest.mark.parametrize("text", ["3", "x,0.1", "0,0.1", "3,-1", "3,nan", "3,inf", "5000,0.1", "3," + "9" * 400])
+def test_a_bad_early_stop_is_refused(text):
+    from backend.sweep.cli import parse_early_stop
+
+    with pytest.raises(SweepRefused) as caught:
+        parse_early_stop(text)
+    assert caught.value.message.key == "sweep.bad-early-stop"
+    assert parse_early_stop("3,0.1") == (3, 0.1)
+
+
+def test_early_stop_from_the_command_line_needs_wait(tmp_path):
+    from backend.sweep.cli import sweep_main
+
+    err = io.StringIO()
+    assert sweep_main(["missing.yaml", "--vary", "lora_rank=4,8", "--early-stop", "2,0.1", "--runs-dir", str(tmp_path / "runs")], io.StringIO(), err) == 1
+    assert "add --wait" in err.getvalue()
+
+
+def test_a_record_keeps_its_early_stop_rule(tmp_path):
+    sweep_id = new_sweep_id()
+    record = SweepRecord(sweep_id, "demo", "2026-01-01T00:00:00+00:00", (), 2, {}, (), "final_eval_loss", None, (3, 0.1))
+    write_record(tmp_path, record)
+    assert read_record(tmp_path, sweep_id).early_stop == (3, 0.1)
+    data = json.loads((tmp_path / "sweeps" / f"{sweep_id}.json").read_text())
+    (tmp_path / "sweeps" / f"{sweep_id}.json").write_text(json.dumps({**data, "early_stop": [True, "x"]}))
+    with pytest.raises(SweepNotFound):
+        read_record(tmp_path, sweep_id)

@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from backend.i18n import localized, translate
+from backend.i18n import Message, translate
 from backend.runs_cli import CONFIG_MAX_BYTES, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options
 
 GIB = 1024**3
+WAIT_INTERVAL_S = 2.0
 
 
 def sweep_parser() -> argparse.ArgumentParser:
@@ -38,6 +40,8 @@ def sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="", help="hardware preset id (default: the form's)")
     parser.add_argument("--name", default="", help="the sweep's name, the runs' names start with it (default: the YAML's run_name)")
     parser.add_argument("--metric", default=DEFAULT_METRIC, choices=list(METRICS), help="what ranks the runs")
+    parser.add_argument("--early-stop", default="", metavar="K,MARGIN", help="stop a run whose eval loss after K eval points is worse than the median at that step by MARGIN (0.1 = 10%%)")
+    parser.add_argument("--wait", action="store_true", help="stay until the last run ends (moving the queue on meanwhile), then print the ranked runs")
     parser.add_argument("--dry-run", action="store_true", help="say the runs and their cost; queue nothing")
     _common(parser)
     return parser
@@ -61,6 +65,10 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
 
     try:
         spec = SweepSpec(tuple(parse_vary(text) for text in options.vary), options.seeds)
+        early_stop = parse_early_stop(options.early_stop) if options.early_stop else None
+        if early_stop is not None and not options.wait and not options.dry_run:
+            # The rule acts while a process follows the sweep: this one, only if it stays.
+            raise SweepRefused(Message("sweep.cli.early-stop-needs-wait"))
     except SweepRefused as refused:
         err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
         return EXIT_REFUSED
@@ -102,7 +110,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         err.write(translate("sweep.cli.dry-run", locale) + "\n")
         return EXIT_OK
     try:
-        record = desk.create(spec, load.values, name, options.metric)
+        record = desk.create(spec, load.values, name, options.metric, early_stop=early_stop)
     except SweepStartRefused as refused:
         for finding in refused.findings:
             err.write(_finding_line(finding, locale) + "\n")
@@ -113,9 +121,35 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         return EXIT_REFUSED
     out.write(record.id + "\n")
     err.write(translate("sweep.cli.queued", locale, runs=len(record.runs), id=record.id) + "\n")
+    if options.wait:
+        board.keep_queue()
+        try:
+            while not desk.view(record.id).finished:
+                time.sleep(WAIT_INTERVAL_S)
+        except KeyboardInterrupt:
+            err.write(translate("sweep.cli.left", locale, id=record.id) + "\n")
+            return EXIT_OK
+        _print_view(desk.view(record.id, options.metric, locale), locale, out)
+        return EXIT_OK
     if not board.run_manager.queue_keeper_alive():
         err.write(translate("sweep.cli.no-keeper", locale) + "\n")
     return EXIT_OK
+
+
+def parse_early_stop(text: str) -> tuple[int, float]:
+    """`3,0.1` as (3, 0.1): SweepRefused for anything else (the bounds are the desk's)."""
+    from backend.config import shown
+    from backend.sweep.desk import EARLY_STOP_MAX_EVALS, EARLY_STOP_MAX_MARGIN
+    from backend.sweep.spec import SweepRefused
+
+    after, _, margin = str(text)[:64].partition(",")
+    try:
+        parsed = (int(after), float(margin))
+    except ValueError:
+        parsed = None
+    if parsed is None or not (1 <= parsed[0] <= EARLY_STOP_MAX_EVALS and 0 <= parsed[1] <= EARLY_STOP_MAX_MARGIN):
+        raise SweepRefused(Message("sweep.bad-early-stop", after=shown(after), margin=shown(margin), max_evals=EARLY_STOP_MAX_EVALS, max_margin=EARLY_STOP_MAX_MARGIN))
+    return parsed
 
 
 def _number(value: float | None) -> str:
@@ -140,6 +174,11 @@ def sweep_status(runs_dir: Any, sweep_id: str, metric: str, as_json: bool, local
     if as_json:
         out.write(json.dumps(view.to_json(), indent=2, ensure_ascii=False) + "\n")
         return EXIT_OK
+    _print_view(view, locale, out)
+    return EXIT_OK
+
+
+def _print_view(view: Any, locale: str, out: TextIO) -> None:
     out.write(translate("sweep.cli.header", locale, id=view.record.id, metric=translate(f"sweep.metric.{view.metric}", locale), runs=len(view.rows)) + "\n")
     for place, row in enumerate(view.rows, 1):
         state = translate(f"state.{row.state}", locale) if row.state != "deleted" else translate("sweep.state.deleted", locale)
@@ -152,12 +191,11 @@ def sweep_status(runs_dir: Any, sweep_id: str, metric: str, as_json: bool, local
     if view.best_run_id:
         out.write(translate("sweep.cli.best", locale, run=view.best_run_id) + "\n")
     if view.finished:
-        out.write(localized(translate("sweep.cli.finished", locale), locale) + "\n")
-    return EXIT_OK
+        out.write(translate("sweep.cli.finished", locale) + "\n")
 
 
 def main(argv: list[str]) -> int:
     return sweep_main(argv)
 
 
-__all__ = ["main", "sweep_main", "sweep_parser", "sweep_status"]
+__all__ = ["main", "parse_early_stop", "sweep_main", "sweep_parser", "sweep_status"]

@@ -14,22 +14,27 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from backend.config import shown
 from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.sweep.record import SweepMember, SweepRecord, list_sweeps, new_sweep_id, now, read_record, write_record
 from backend.sweep.spec import Axis, SweepRefused, SweepRun, SweepSpec, expand, sanitize
-from backend.sweep.view import DEFAULT_METRIC, METRICS, SweepRow, best_run, curve_figures, rank
+from backend.sweep.view import DEFAULT_METRIC, METRICS, Losing, SweepRow, best_run, curve_figures, eval_points, losing_runs, rank
 
 if TYPE_CHECKING:
     from backend.service import RocBoard
 
 log = logging.getLogger(__name__)
 FOLLOW_INTERVAL_S = 2.0
+STOP_RECORD_WAIT_S = 10.0  # how long an early stop waits for the trainer's end to be recorded
+EARLY_STOP_MAX_EVALS = 1000
+EARLY_STOP_MAX_MARGIN = 10.0
 ENDED_STATES = frozenset({"finished", "failed", "stopped", "deleted"})
 
 
@@ -117,11 +122,18 @@ class SweepDesk:
 
     # --- making it -------------------------------------------------------------------------
 
-    def create(self, spec: SweepSpec, base_form: Mapping[str, Any], name: str = "", metric: str = DEFAULT_METRIC, stop_on_nan: bool = False) -> SweepRecord:
+    def create(
+        self, spec: SweepSpec, base_form: Mapping[str, Any], name: str = "", metric: str = DEFAULT_METRIC, stop_on_nan: bool = False, early_stop: tuple[int, float] | None = None
+    ) -> SweepRecord:
         """Every run of the sweep queued (or started, or submitted), and its record; or, with
-        SweepRefused, nothing at all."""
+        SweepRefused, nothing at all. `early_stop`: (K eval points, margin) of the rule in
+        backend/sweep/view.py, applied while this process follows the sweep; None: off."""
         if metric not in METRICS:
             raise SweepRefused(Message("sweep.unknown-metric", metric=metric, metrics=", ".join(METRICS)))
+        if early_stop is not None:
+            after, margin = early_stop
+            if not (1 <= after <= EARLY_STOP_MAX_EVALS and 0 <= margin <= EARLY_STOP_MAX_MARGIN):
+                raise SweepRefused(Message("sweep.bad-early-stop", after=shown(after), margin=shown(margin), max_evals=EARLY_STOP_MAX_EVALS, max_margin=EARLY_STOP_MAX_MARGIN))
         runs = expand(spec, base_form, _prefix(base_form, name))
         sweep_id = new_sweep_id()
         members = self._start_all(sweep_id, runs, stop_on_nan)
@@ -134,6 +146,7 @@ class SweepDesk:
             dict(base_form),
             tuple(members),
             metric,
+            early_stop=early_stop,
         )
         try:
             with self._lock:
@@ -156,7 +169,7 @@ class SweepDesk:
             axes = dict(record.axes)
             for axis in spec.axes:
                 axes[axis.field] = tuple(dict.fromkeys((*axes.get(axis.field, ()), *axis.values)))
-            updated = SweepRecord(record.id, record.name, record.created, tuple(axes.items()), max(record.seeds, spec.seeds), record.base_form, (*record.runs, *members), record.metric, None)
+            updated = replace(record, axes=tuple(axes.items()), seeds=max(record.seeds, spec.seeds), runs=(*record.runs, *members), finished_at=None)
             try:
                 write_record(self.root, updated)
             except Exception:
@@ -283,6 +296,7 @@ class SweepDesk:
         def loop() -> None:
             while not self._closed.wait(interval_s):
                 try:
+                    self.stop_losing(sweep_id)
                     if self.view(sweep_id).finished:
                         return
                 except Exception:  # the record gone, the runs dir unreadable: nothing to follow
@@ -292,6 +306,38 @@ class SweepDesk:
         thread = threading.Thread(target=loop, daemon=True, name=f"sweep-{sweep_id[-4:]}")
         thread.start()
         return thread
+
+    def stop_losing(self, sweep_id: str) -> list[Losing]:
+        """Stops the sweep's clearly losing runs (its early-stop rule, when it has one), each
+        with its reason (reason.sweep_losing: the step, its eval loss, the median)."""
+        from backend.runs import RunNotFound
+        from backend.runs.trainer_log import log_path, read_curve
+
+        record = read_record(self.root, sweep_id)
+        if record.early_stop is None:
+            return []
+        evals: dict[str, dict[int, float]] = {}
+        training: set[str] = set()
+        for member in record.runs:
+            try:
+                state = self.board.run_manager.refresh(member.run_id)
+            except RunNotFound:
+                continue
+            run_dir = self.board.store.run_dir(member.run_id)
+            evals[member.run_id] = eval_points(read_curve(log_path(run_dir), run_dir))
+            if state.state == "running":
+                training.add(member.run_id)
+        losing = losing_runs(evals, training, *record.early_stop)
+        for item in losing:
+            self.board.stop(item.run_id)
+            # The trainer's end is recorded by the thread that waits on it, maybe after stop()
+            # returns: the reason is written over that record, not under it.
+            deadline = time.monotonic() + STOP_RECORD_WAIT_S
+            while self.board.store.read(item.run_id).active and time.monotonic() < deadline:
+                time.sleep(0.05)
+            params = {"step": item.step, "loss": f"{item.eval_loss:.4g}", "median": f"{item.median:.4g}"}
+            self.board.store.update(item.run_id, stop_reason="reason.sweep_losing", stop_reason_params=params)
+        return losing
 
     def close(self) -> None:
         self._closed.set()

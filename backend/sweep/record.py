@@ -50,6 +50,7 @@ class SweepRecord:
     runs: tuple[SweepMember, ...] = ()
     metric: str = "final_loss"
     finished_at: float | None = None  # when its last run was seen ended (the notice was sent then)
+    early_stop: tuple[int, float] | None = None  # (K eval points, margin): backend/sweep/view.py's rule; None: off
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class SweepRecord:
             "runs": [run.to_json() for run in self.runs],
             "metric": self.metric,
             "finished_at": self.finished_at,
+            "early_stop": list(self.early_stop) if self.early_stop else None,
         }
 
 
@@ -113,10 +115,15 @@ def parse_record(data: Any, sweep_id: str) -> SweepRecord:
         raise ValueError("fields")
     if finished is not None and not isinstance(finished, (int, float)):
         raise ValueError("finished_at")
+    early = data.get("early_stop")
+    if early is not None:
+        if not (isinstance(early, list) and len(early) == 2 and isinstance(early[0], int) and not isinstance(early[0], bool) and isinstance(early[1], (int, float)) and not isinstance(early[1], bool)):
+            raise ValueError("early_stop")
+        early = (early[0], float(early[1]))
     name, created = data.get("name"), data.get("created")
     if not isinstance(name, str) or not isinstance(created, str):
         raise ValueError("name")
-    return SweepRecord(sweep_id, name, created, tuple((a[0], tuple(a[1])) for a in axes_raw), seeds, base_form, tuple(runs), metric, finished)
+    return SweepRecord(sweep_id, name, created, tuple((a[0], tuple(a[1])) for a in axes_raw), seeds, base_form, tuple(runs), metric, finished, early)
 
 
 def read_record(root: Path, sweep_id: str) -> SweepRecord:

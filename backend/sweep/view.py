@@ -103,3 +103,52 @@ def best_run(ranked: Sequence[SweepRow], metric: str) -> str:
 
 
 __all__ = ["DEFAULT_METRIC", "METRICS", "SweepRow", "best_run", "curve_figures", "rank"]
+
+
+# --- early stop of clearly losing runs ------------------------------------------------------
+# The rule (opt-in per sweep: `app.py sweep --early-stop K,MARGIN`): a run that trains and has
+# logged at least K eval points is stopped when its latest eval loss, at step s, is worse than
+# the median eval loss of the sweep's runs at that same step s by more than MARGIN (relative:
+# loss > median x (1 + MARGIN)), counting only steps at which at least three of the sweep's runs
+# have an eval loss (the median of two is their mean: one bad run would move it). Runs of one
+# sweep share eval_steps unless it is varied; then few steps are shared and the rule rarely acts.
+EARLY_STOP_MIN_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Losing:
+    run_id: str
+    step: int
+    eval_loss: float
+    median: float
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def eval_points(points: Sequence[MetricPoint]) -> dict[int, float]:
+    """step -> eval loss (the last one logged at that step)."""
+    return {p.step: p.eval_loss for p in points if p.eval_loss is not None and math.isfinite(p.eval_loss)}
+
+
+def losing_runs(evals: dict[str, dict[int, float]], training: set[str], after_evals: int, margin: float) -> list[Losing]:
+    """The runs of `training` the rule above stops, given every run's eval losses by step."""
+    losing = []
+    for run_id in training:
+        own = evals.get(run_id, {})
+        if len(own) < after_evals:
+            continue
+        step = max(own)
+        at_step = [points[step] for points in evals.values() if step in points]
+        if len(at_step) < EARLY_STOP_MIN_RUNS:
+            continue
+        median = _median(at_step)
+        if own[step] > median * (1 + margin):
+            losing.append(Losing(run_id, step, own[step], median))
+    return sorted(losing, key=lambda item: item.run_id)
+
+
+__all__ += ["EARLY_STOP_MIN_RUNS", "Losing", "eval_points", "losing_runs"]
