@@ -23,6 +23,7 @@ import pytest
 
 from backend.config.presets import load_presets
 from backend.i18n import translate
+from backend.service import demo_form
 from backend.validate.path import RequestError, ValidationRequest, check_request
 from backend.validate.report import Note, ReportError, RungResult, ValidationReport, list_reports, load_report, report_from_json, save_report, to_json
 from backend.validate.tab_view import refusal_markdown
@@ -91,7 +92,7 @@ def handmade(report_id: str, created_at: float, rocm: str, n_gpus: RungResult) -
 # --- Chinese: bad input refused, kept reports read and compared, a hostile file refused ---------
 
 
-def test_the_validate_tab_in_chinese_refuses_bad_input_and_compares_kept_reports(app_server, page_of, tmp_path: Path) -> None:
+def test_the_validate_tab_in_chinese_refuses_bad_input_compares_kept_reports_and_stops_a_path(app_server, page_of, tmp_path: Path, starts_trainer) -> None:
     server = app_server
     older = handmade("20261101-090000-0a0a0a", time.time() - 30 * 86400, "6.1.0", RungResult("n_gpus", "pass", ("r2",), {"final_loss": 2.8, "max_loss_gap": 1e-7}, (), CURVE))
     cause = Note("validate.cause.global_batch", {"one": 4, "many": 8, "processes": 2})
@@ -105,7 +106,7 @@ def test_the_validate_tab_in_chinese_refuses_bad_input_and_compares_kept_reports
     tab = page.locator("#tab-validate")
     for key in ("validate.tab.preset", "validate.tab.gpus", "validate.tab.model", "validate.tab.rungs", "validate.tab.start"):
         assert translate(key, "zh-CN") in tab.inner_text(), key
-    assert translate("validate.rung.fault_drill", "zh-CN") in tab.inner_text()
+    assert translate("validate.rung.fault_drill", "zh-CN") in tab.inner_text() and translate("validate.rung.nodes", "zh-CN") in tab.inner_text()
 
     # Bad input: more processes than this machine has, then a model that is not there.
     fill(page, "validate-gpus", "9")
@@ -161,11 +162,32 @@ def test_the_validate_tab_in_chinese_refuses_bad_input_and_compares_kept_reports
     assert english_runs(text) == [], f"English on the Chinese Validate tab: {english_runs(text)}"
     shoot(page, "validate-zh-CN")
 
-    # The language switch: the report and the comparison shown are drawn again in English.
+    # Stop: a path of rung 1 alone, stopped while its run trains: the run stopped, the rest of
+    # the path reported so, in Chinese.
+    fill(page, "validate-model", demo_form()["model_path"])
+    for rung in ("n_gpus", "fault_drill"):
+        page.locator("#validate-rungs label", has_text=translate(f"validate.rung.{rung}", "zh-CN")).locator("input").uncheck()
+    page.locator("#validate-start").click()
+    wait_for_text(page, "#validate-status", translate("validate.tab.state.running", "zh-CN"))
+    page.wait_for_function("() => { const b = document.querySelector('#validate-stop'); return !!b && !b.disabled && b.classList.contains('stop'); }", timeout=UI_TIMEOUT_MS)
+    page.locator("#validate-stop").click()
+    page.wait_for_function("() => document.querySelector('#validate-stop')?.disabled === true", timeout=UI_TIMEOUT_MS, polling=250)
+    [stopped_id] = {r.id for r in list_reports(server.runs_dir)} - {newer.id, older.id}
+    stopped = load_report(server.runs_dir, stopped_id)
+    assert [(r.rung, r.status) for r in stopped.rungs] == [("one_gpu", "stopped")]
+    [run] = [state for state in server.runs() if state["id"] in stopped.rungs[0].run_ids]
+    assert run["state"] == "stopped"
+    table = folded(wait_for_text(page, "#validate-status", translate("validate.status.stopped", "zh-CN")))
+    assert f"{translate('validate.rung.one_gpu', 'zh-CN')} {translate('validate.status.stopped', 'zh-CN')}" in table
+    wait_for_text(page, "#validate-report-view", stopped_id)
+
+    # The language switch: the panels are drawn again in English, the comparison too.
     page.locator("#language label", has_text="English").click()
-    english = heading(translate("validate.view.rung_heading", "en", rung=translate("validate.rung.n_gpus", "en"), status=translate("validate.status.fail", "en")))
+    english = heading(translate("validate.view.rung_heading", "en", rung=translate("validate.rung.one_gpu", "en"), status=translate("validate.status.stopped", "en")))
     wait_for_text(page, "#validate-report-view", english)
-    assert plain(note_markdown(cause, "en")) in folded(text_of(page, "#validate-report-view"))
+    assert plain(note_markdown(Note("validate.note.path_stopped", {}), "en")) in folded(text_of(page, "#validate-report-view"))
+    status = folded(wait_for_text(page, "#validate-status", translate("validate.tab.rung", "en")))
+    assert f"{translate('validate.rung.one_gpu', 'en')} {translate('validate.status.stopped', 'en')}" in status, status
     wait_for_text(page, "#validate-comparison", translate("validate.compare.machine_changed", "en").rstrip(":"))
     assert translate("validate.tab.start", "en") in tab.inner_text()
 

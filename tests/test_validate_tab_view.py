@@ -24,14 +24,17 @@ def test_the_pages_numbers_become_the_requests_whole_numbers_and_the_drill_keeps
     assert isinstance(request.gpus, int) and isinstance(request.drill_step, int)
     assert request.save_steps == 8 < request.drill_step  # the command line's choice (cli.drill_save_steps)
     assert request.rungs == ("n_gpus", "one_gpu")  # ordered and checked by the desk, not here
+    assert (request.nodes, request.slurm_partition) == (2, "")  # the request's default
+    nodes = request_from_page("cpu-demo", "", "", "", 2, 10, 0.02, ["nodes"], 4.0, " gpu ")
+    assert (nodes.nodes, nodes.slurm_partition) == (4, "gpu")
     # What is not a whole number is handed on as it is, for the desk's check to refuse by name.
     odd = request_from_page(None, None, None, None, 2.5, None, None, None)
     assert (odd.preset, odd.gpus, odd.drill_step, odd.tolerance, odd.rungs) == ("cpu-demo", 2.5, None, None, ())
 
 
-def test_the_rungs_offered_are_the_built_ones_in_each_language() -> None:
-    assert [value for _, value in rung_choices("en")] == ["one_gpu", "n_gpus", "fault_drill"]
-    assert [label for label, _ in rung_choices("zh-CN")] == [translate(f"validate.rung.{r}", "zh-CN") for r in ("one_gpu", "n_gpus", "fault_drill")]
+def test_every_rung_is_offered_in_each_language() -> None:
+    assert [value for _, value in rung_choices("en")] == ["one_gpu", "n_gpus", "fault_drill", "nodes"]
+    assert [label for label, _ in rung_choices("zh-CN")] == [translate(f"validate.rung.{r}", "zh-CN") for r in ("one_gpu", "n_gpus", "fault_drill", "nodes")]
 
 
 def _status(**changes) -> PathStatus:

@@ -39,7 +39,11 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
         model = texts.label(gr.Textbox(value=demo["model_path"], label=texts("validate.tab.model"), max_length=4096, elem_id="validate-model", scale=2), "validate.tab.model")
         dataset_dir = texts.label(gr.Textbox(value=demo["dataset_dir"], label=texts("validate.tab.dataset_dir"), max_length=4096, elem_id="validate-dataset-dir", scale=2), "validate.tab.dataset_dir")
         dataset = texts.label(gr.Textbox(value=demo["dataset"], label=texts("validate.tab.dataset"), max_length=255, elem_id="validate-dataset"), "validate.tab.dataset")
-    rungs = texts.label(gr.CheckboxGroup(rung_choices(), value=list(defaults.rungs), label=texts("validate.tab.rungs"), elem_id="validate-rungs"), "validate.tab.rungs")
+    with gr.Row():
+        rungs = texts.label(gr.CheckboxGroup(rung_choices(), value=list(defaults.rungs), label=texts("validate.tab.rungs"), elem_id="validate-rungs", scale=3), "validate.tab.rungs")
+        # Rung 4 only: a Slurm run of this many nodes, one process each.
+        nodes = texts.label(gr.Number(value=defaults.nodes, precision=0, label=texts("validate.tab.nodes"), elem_id="validate-nodes", scale=1), "validate.tab.nodes")
+        partition = texts.label(gr.Textbox(value="", label=texts("validate.tab.partition"), max_length=64, elem_id="validate-partition", scale=1), "validate.tab.partition")
     with gr.Row():
         start = texts.value(gr.Button(texts("validate.tab.start"), variant="primary", elem_id="validate-start"), "validate.tab.start")
         # Red and usable only while a path runs.
@@ -144,8 +148,8 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
     refresh_inputs = [locale_state, path_id, report_box, other_box, compared_state]
     refresh_outputs = [*path_widgets, *reports_widgets]
 
-    def on_start(preset_id, model_path, folder, name, processes, drill, tol, asked, locale: str):
-        request = request_from_page(preset_id, model_path, folder, name, processes, drill, tol, asked)
+    def on_start(preset_id, model_path, folder, name, processes, drill, tol, asked, node_count, slurm_partition, locale: str):
+        request = request_from_page(preset_id, model_path, folder, name, processes, drill, tol, asked, node_count, slurm_partition)
         try:
             started = desk.start(request)
         except RequestError as error:
@@ -155,7 +159,7 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
 
     start.click(
         on_start,
-        [preset, model, dataset_dir, dataset, gpus, drill_step, tolerance, rungs, locale_state],
+        [preset, model, dataset_dir, dataset, gpus, drill_step, tolerance, rungs, nodes, partition, locale_state],
         [refusal, refusal_state, *path_widgets],
         show_progress="hidden",
         concurrency_limit=1,

@@ -15,7 +15,7 @@ from typing import Any
 from backend.i18n import CATALOGUE, DEFAULT_LOCALE, localized, render_message
 from backend.i18n import translate as t
 from backend.validate.cli import drill_save_steps
-from backend.validate.path import DEFAULT_RUNGS, PathStatus, ValidationRequest
+from backend.validate.path import PathStatus, ValidationRequest
 from backend.validate.report import RUNGS, STATUSES, Note, ValidationReport
 from backend.validate.view import note_markdown, report_markdown
 from backend.view import escape_markdown
@@ -26,9 +26,9 @@ REFUSAL_PREFIX = "validate."
 
 
 def rung_choices(locale: str = DEFAULT_LOCALE) -> list[tuple[str, str]]:
-    """(name in `locale`, rung) of each rung the page can run (the several-nodes rung is not
-    built: it is not offered)."""
-    return [(t(f"validate.rung.{rung}", locale), rung) for rung in RUNGS if rung in DEFAULT_RUNGS]
+    """(name in `locale`, rung) of each rung, in the path's order (the several-nodes rung runs
+    on a Slurm cluster: the desk refuses it where none is set up)."""
+    return [(t(f"validate.rung.{rung}", locale), rung) for rung in RUNGS]
 
 
 def _whole(value: Any) -> Any:
@@ -48,10 +48,13 @@ def request_from_page(
     drill_step: Any,
     tolerance: Any,
     rungs: Sequence[Any] | None,
+    nodes: Any = None,
+    slurm_partition: Any = "",
 ) -> ValidationRequest:
     """The tab's values as a request (checked by the desk: nothing is decided here); an empty
     model, folder or dataset box is the demo's. The drill's checkpoint interval follows the
-    drill step as on the command line (backend/validate/cli.py drill_save_steps)."""
+    drill step as on the command line (backend/validate/cli.py drill_save_steps); no nodes
+    given: the request's default (2)."""
     drill = _whole(drill_step)
     defaults = ValidationRequest()
     return ValidationRequest(
@@ -64,6 +67,8 @@ def request_from_page(
         tolerance=float(tolerance) if isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool) else tolerance,
         drill_step=drill,
         save_steps=drill_save_steps(drill) if isinstance(drill, int) and drill > 0 else defaults.save_steps,
+        nodes=defaults.nodes if nodes is None else _whole(nodes),
+        slurm_partition=str(slurm_partition or "").strip(),
     )
 
 
