@@ -130,3 +130,32 @@ def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_pat
             if run.alive:
                 board.stop(run.id)
         board.close()
+
+
+@starts("lf_helper", "trainer")
+def test_sweep_wait_keeps_the_queue_and_prints_the_ranked_runs(tmp_path, demo_assets):
+    """`app.py sweep --wait` with one run (the cheap case: the grid itself is the test above):
+    it queues, stays until the run ends, and prints the table."""
+    from backend.sweep.cli import sweep_main
+    from backend.sweep.record import list_sweeps
+
+    runs = tmp_path / "runs"
+    board = RocBoard(runs)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(board.preview({**demo_form(), "max_steps": 3, "save_steps": 100, "cutoff_len": 64}, ask_llamafactory=False).yaml_text)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        assert sweep_main([str(config), "--vary", "lora_rank=4", "--wait", "--runs-dir", str(runs)], out, err) == 0, err.getvalue()
+    finally:
+        for run in board.store.list():
+            if run.alive:
+                board.stop(run.id)
+    (sweep_id,) = list_sweeps(runs)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == sweep_id
+    assert lines[1] == f"sweep {sweep_id}: 1 runs, ranked by final training loss"
+    record = read_record(runs, sweep_id)
+    (run_id,) = [m.run_id for m in record.runs]
+    assert lines[2].startswith(f"1. {run_id}  lora_rank=4  finished  ") and run_id.endswith("tiny-r4")
+    assert lines[3:] == [f"best run: {run_id}", "Every run of the sweep has ended."]
+    assert record.finished_at is not None and board.store.read(run_id).state == "finished"
