@@ -38,6 +38,8 @@ def test_a_tab_is_told_when_its_run_ends_and_so_is_the_webhook(chromium, tmp_pat
                 assert [(body["event"], body["run"], body["lang"]) for _, body in receiver.posts] == [("run_failed", run_id, "en")]
                 assert f"http://127.0.0.1:{receiver.port}/…" in server.output() and SECRET not in server.output()
                 assert SECRET not in page.content()
+                with open(f"/proc/{server.pid}/environ", "rb") as block:  # read once, masked in the app's own block
+                    assert SECRET.encode() not in block.read()
 
                 # A tab not yet asked: asked on its first click, once; nothing asked of the app meanwhile.
                 other = asking.new_page()

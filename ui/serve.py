@@ -153,13 +153,18 @@ def add_notify_flags(parser: argparse.ArgumentParser) -> None:
 def notifier_for(args: argparse.Namespace, own_hosts: list[str]) -> Notifier | Message:
     """The app's Notifier (a webhook when --webhook-url or ROCBOARD_WEBHOOK_URL names one), or the
     message that refuses the URL (redacted) before anything is sent. The variable is removed
-    from this process's environment once read: no child could inherit it."""
+    from this process's environment once read (and masked in its start-up block): no child
+    could inherit it, no reader of /proc/<pid>/environ sees it."""
     from backend.i18n import Message
     from backend.notify import Notifier
     from backend.notify.webhook import ENV_URL, webhook_settings
 
     url = args.webhook_url or os.environ.get(ENV_URL) or ""
-    os.environ.pop(ENV_URL, None)
+    if os.environ.pop(ENV_URL, None) is not None:
+        # Also masked in the block /proc/<pid>/environ shows, as the login is (backend/security).
+        from backend.security import _mask_start_environ
+
+        _mask_start_environ(f"{ENV_URL}=".encode())
     if not url:
         return Notifier(locale=args.lang)
     settings = webhook_settings(url, args.webhook_kind, args.lang, app_port=args.port, own_hosts=[args.host, *own_hosts])
