@@ -27,7 +27,10 @@ TRAIN_TAB_ID = "train"
 def build_ui(board: RocBoard) -> gr.Blocks:
     texts = Texts()
     with gr.Blocks(
-        title="RocBoard", css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS + DOCTOR_CSS, head=live_script() + notify_script(), theme=gr.themes.Default(primary_hue="red")
+        title="RocBoard",
+        css=view.PROGRESS_CSS + RUNS_CSS + ACTIONS_CSS + DATA_CSS + CHAT_CSS + EVALUATE_CSS + EXPORT_CSS + DOCTOR_CSS,
+        head=live_script() + notify_script(),  # the watcher; the browser's word when a run ends (ui/notify.py)
+        theme=gr.themes.Default(primary_hue="red"),
     ) as page:
         with gr.Row():
             texts.value(gr.Markdown(texts("app.header")), "app.header")
