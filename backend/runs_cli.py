@@ -201,6 +201,9 @@ def run_status(board, run_id: str, locale: str = "en") -> dict[str, Any]:
     status["health_text"] = status_mark(run_dir, locale)
     if state.state == "queued":
         status["queue_position"] = board.run_manager.queue.position(run_id)
+    gpus = board.run_manager.gpus_of(run_id) if state.local else None
+    if gpus is not None:  # given side by side (backend/runs/gpu_slots.py); kept after its end
+        status["gpus"] = list(gpus)
     if state.executor == "slurm":
         status.update(
             job_id=state.job_id,
@@ -223,6 +226,8 @@ def _status_line(status: dict[str, Any], locale: str) -> str:
     parts = [status["id"], translate(f"state.{status['state']}", locale), where, steps, loss]
     if status.get("queue_position"):
         parts.append(f"#{status['queue_position']} in the queue")
+    if status.get("gpus"):
+        parts.append(translate("runs.gpus", locale, gpus=",".join(str(g) for g in status["gpus"])))
     if status.get("slurm_reason_text"):
         parts.append(status["slurm_reason_text"])
     if status["state"] in ("failed", "stopped") and status["stop_reason"]:
@@ -239,7 +244,7 @@ def status_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
         return status
     locale = _locale(options.lang)
     if options.sweep:
-        from backend.sweep.cli import sweep_status
+        from backend.sweep.status import sweep_status
 
         return sweep_status(options.runs_dir, options.sweep, options.metric, options.json, locale, out, err)
     from backend.runs import RunNotFound

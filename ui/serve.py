@@ -100,6 +100,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "folder, its Python environment and the home's hidden folders are never written, whatever the root",
     )
     parser.add_argument("--sysfs-root", default="/sys", help="read GPU telemetry from this tree instead of /sys (a fake tree for demos and tests)")
+    parser.add_argument(
+        "--cpu-slots", type=int, default=1, metavar="N",
+        help="on a machine without GPUs, how many local runs train at once (1 to 64; default 1). With GPUs each run gets its own, side by side (docs/runs.md)",
+    )  # fmt: skip
     add_health_flags(parser)
     add_notify_flags(parser)
     args = parser.parse_args(argv)
@@ -107,6 +111,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.health = health_settings(args)
     except ValueError as error:
         parser.error(str(error))
+    if not 1 <= args.cpu_slots <= 64:
+        parser.error(f"--cpu-slots takes 1 to 64; got {args.cpu_slots}")
     if not 1 <= args.max_upload_mb <= MAX_UPLOAD_MB_LIMIT:
         parser.error(f"--max-upload-mb takes 1 to {MAX_UPLOAD_MB_LIMIT}; got {args.max_upload_mb}")
     return args
@@ -366,6 +372,10 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     for error in board.preset_errors:
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)
+    # The node's slots: each GPU the app sees (or --cpu-slots): runs side by side on their own.
+    from backend.runs.gpu_slots import node_gpus
+
+    board.set_node(node_gpus(Path(args.sysfs_root), cpu_slot_count=args.cpu_slots))
     active = board.reattach()
     if active is not None:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""Which queued runs start now, and on which GPUs: the node's allocator (issue 30 §1). Pure:
-no file, no process, no clock; the run manager gives it what it knows and does what it says.
+"""Which queued runs start now, and on which GPUs: the node's allocator (issue 30 §1). `decide`
+is pure (no file, no process, no clock): the run manager gives it what it knows and does what
+it says; `node_gpus` reads which GPUs the app sees, once, when the app starts.
 
 Its inputs:
 - the node: the GPU indices the app sees (HIP's numbering), or on a CPU machine a number of
@@ -21,8 +22,10 @@ does not have, can never start and is reported as such (it reserves nothing).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 MAX_GPUS = 64  # indices a node may have (0..63), and GPUs one run may ask for
@@ -80,6 +83,19 @@ def cpu_slots(count: int = 1) -> tuple[int, ...]:
     if not 1 <= count <= MAX_CPU_SLOTS:
         raise SlotsError(f"CPU slots are 1-{MAX_CPU_SLOTS}, not {count}")
     return tuple(range(count))
+
+
+def node_gpus(sysfs_root: Path = Path("/sys"), env: Mapping[str, str] | None = None, cpu_slot_count: int = 1) -> tuple[int, ...]:
+    """The node's slots: the AMD GPUs this process sees (KFD's topology under `sysfs_root`,
+    after this process's ROCR_/HIP_VISIBLE_DEVICES, numbered as HIP numbers them), at most
+    MAX_GPUS; on a machine without them, `cpu_slot_count` CPU slots."""
+    from backend.telemetry.topology import read_kfd_gpus, visible_gpus
+
+    kfd = read_kfd_gpus(Path(sysfs_root)) or []
+    seen = visible_gpus(kfd, os.environ if env is None else env)
+    if seen:
+        return tuple(g.index for g in seen)[:MAX_GPUS]
+    return cpu_slots(cpu_slot_count)
 
 
 def ask_problem(ask: Ask, node: Sequence[int]) -> str | None:
@@ -155,4 +171,4 @@ def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequen
     return Decision(tuple(starts), tuple(waits), reserved, tuple(free))
 
 
-__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide"]
+__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "node_gpus"]

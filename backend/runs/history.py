@@ -119,6 +119,7 @@ class RunSummary:
     executor: str = "local"  # where it runs: "local" or "slurm" (RunState.executor)
     job_id: str = ""  # a Slurm run's job (the current attempt's)
     health_alerts: int = 0  # GPU health alerts recorded (backend/health): the state cell says how many
+    gpus: tuple[int, ...] | None = None  # the GPUs it was given side by side (launch.json), if any
 
 
 # --- reading a run's files, cached (its trainer log: backend.runs.trainer_log) -----------
@@ -294,6 +295,7 @@ def summarize_runs(store: RunStore, now: float | None = None) -> list[RunSummary
                 executor=state.executor,
                 job_id=state.job_id,
                 health_alerts=len(read_alerts(run_dir)),
+                gpus=_given_gpus(run_dir) if state.local else None,
             )
         )
     _prune(store.root, live)
@@ -376,6 +378,25 @@ def _setting_words(s: RunSummary, column: str, locale: str) -> str:
     return str(value)
 
 
+def _given_gpus(run_dir: Path) -> tuple[int, ...] | None:
+    """The GPUs a local run was given side by side (its launch.json; none on one slot)."""
+    from backend.runs.queue import read_launch_gpus
+
+    try:
+        return read_launch_gpus(run_dir)[1]
+    except (OSError, ValueError):
+        return None
+
+
+def _where_words(s: RunSummary, locale: str) -> str:
+    if s.executor == "slurm":
+        return translate("where.slurm", locale, job=s.job_id or "?")
+    where = translate("where.local", locale)
+    if s.gpus:
+        where += " · " + translate("runs.gpus", locale, gpus=",".join(str(g) for g in s.gpus))
+    return where
+
+
 def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
     """What each column (history_columns()) shows of a run, in `locale`; the state words are the
     catalogue's (state.*)."""
@@ -395,7 +416,7 @@ def summary_words(s: RunSummary, locale: str = "en") -> dict[str, str]:
         "model": short_model(s.model),
         **{column: _setting_words(s, column, locale) for column in setting_columns()},
         "state": state,
-        "where": translate("where.slurm", locale, job=s.job_id or "?") if s.executor == "slurm" else translate("where.local", locale),
+        "where": _where_words(s, locale),
         "steps": steps,
         "last_loss": format_loss(s.last_loss),
         "best_eval_loss": format_loss(s.best_eval_loss),

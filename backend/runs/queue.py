@@ -204,8 +204,35 @@ def read_launch_env(run_dir: Path) -> dict[str, str]:
     return {str(name): str(value) for name, value in dict(env).items()}
 
 
-def launch_file(env: dict[str, str]) -> str:
-    return json.dumps({"env": env}, indent=2) + "\n"
+def launch_file(env: dict[str, str], gpus_asked: int | None = None, gpus: tuple[int, ...] | None = None) -> str:
+    """launch.json: the trainer's environment; on a node of several GPU slots also how many
+    the run asks for (`gpus_asked`) and, once started, the ones it holds (`gpus`: a restarted
+    app knows them again from here). One slot: the environment alone, as always."""
+    data: dict[str, Any] = {"env": env}
+    if gpus_asked is not None:
+        data["gpus_asked"] = gpus_asked
+    if gpus is not None:
+        data["gpus"] = list(gpus)
+    return json.dumps(data, indent=2) + "\n"
 
 
-__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env"]
+def read_launch_gpus(run_dir: Path) -> tuple[int | None, tuple[int, ...] | None]:
+    """(GPUs asked, GPUs held) as launch.json records them; None for what it does not say
+    (a run queued or started on one slot, an evaluation). Only small non-negative integers."""
+    from backend.runs import safe_files
+
+    data: Any = json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+    if not isinstance(data, dict):
+        return None, None
+    asked = data.get("gpus_asked")
+    held = data.get("gpus")
+
+    def index(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1024
+
+    asked_count = asked if isinstance(asked, int) and index(asked) and asked >= 1 else None
+    held_gpus = tuple(held) if isinstance(held, list) and len(held) <= 1024 and all(index(g) for g in held) else None
+    return asked_count, held_gpus
+
+
+__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env", "read_launch_gpus"]

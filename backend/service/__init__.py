@@ -317,6 +317,11 @@ class RocBoard:
     def active_run(self) -> RunState | None:
         return self.run_manager.active_run()
 
+    def set_node(self, node: Sequence[int] | None) -> None:
+        """The GPUs (or CPU slots) local runs train on side by side; None or one: one at a time
+        (backend/runs/gpu_slots.py, docs/runs.md)."""
+        self.run_manager.set_node(node)
+
     def runs(self) -> list[RunState]:
         return self.run_manager.runs()
 

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,7 @@ from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files, starter_fields
 from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
-from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env
+from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
 from backend.slurm.executor import SlurmExecutor
@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 QUEUE_KEEPER_INTERVAL_S = 2.0
 INTENTS_KEPT = 1000  # the Starts remembered, so that a repeated one makes no second run
 SLURM_LOOK_EVERY = 5  # keeper ticks between looks for Slurm runs submitted elsewhere (10 s)
+
+
+def gpus_asked(plan: DistributedPlan | None) -> int:
+    """How many GPUs (slots) a local run asks for side by side: its plan's GPU count; one for
+    a run without a plan or on the CPU (its workers share its one slot). The plan's list is a
+    count here: the node's allocator picks which GPUs (backend/runs/gpu_slots.py)."""
+    if plan is None or plan.on_cpu or not plan.gpus:
+        return 1
+    return len(plan.gpus)
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,23 @@ class RunManager:
         self._keeper: threading.Thread | None = None
         self._intents: dict[str, str] = {}  # a Start's intent -> the run it made (oldest first)
         self._keeper_stop = threading.Event()
+        # The node's GPU slots (backend/runs/gpu_slots.py): None or one slot is "one run at a
+        # time" exactly as before; several put runs side by side, each on its own GPUs.
+        self.node: tuple[int, ...] | None = None
+        self._own_samplers: dict[str, Sampler] = {}  # side by side: each run after the first its own
+
+    def set_node(self, node: Sequence[int] | None) -> None:
+        """The GPU indices (or CPU slots) local runs are placed on; None: one at a time."""
+        from backend.runs.gpu_slots import MAX_GPUS, SlotsError
+
+        if node is not None and (len(node) > MAX_GPUS or len(set(node)) != len(node) or any(not 0 <= g < MAX_GPUS for g in node)):
+            raise SlotsError(f"a node has at most {MAX_GPUS} distinct GPUs, indices 0-{MAX_GPUS - 1}")
+        self.node = tuple(node) if node is not None else None
+
+    @property
+    def side_by_side(self) -> bool:
+        """Whether local runs may train at once (more than one slot)."""
+        return self.node is not None and len(self.node) > 1
 
     # --- reading --------------------------------------------------------------------
 
@@ -122,6 +148,24 @@ class RunManager:
                 if state.active:
                     return state
         return None
+
+    def active_runs(self) -> list[RunState]:
+        """Every run starting or training here (several only side by side)."""
+        active = []
+        for state in self.store.list():
+            if state.active and state.local:
+                state = self.launcher.refresh(state.id)
+                if state.active:
+                    active.append(state)
+        return active
+
+    def gpus_of(self, run_id: str) -> tuple[int, ...] | None:
+        """The GPUs (or CPU slots) a run was given side by side, from its launch.json; None
+        when it records none (started on one slot, an evaluation, a Slurm run)."""
+        try:
+            return read_launch_gpus(self.store.run_dir(run_id))[1]
+        except (OSError, ValueError, RunNotFound):
+            return None
 
     def live_runs(self) -> list[RunState]:
         """Every run with something alive: the local one, and each Slurm job pending or running."""
@@ -162,6 +206,16 @@ class RunManager:
             # Slurm runs are not this machine's: many may wait or run at once.
             if isinstance(placement, SlurmPlacement):
                 return self._remember(intent, self._submit(config, preset, plan, placement, findings, stop_on_nan))
+        if self.side_by_side:
+            with self._lock, self.queue.locked():
+                earlier = self._intents.get(intent) if intent else None
+                if earlier is not None:
+                    return StartResult(self.store.read(earlier), findings)
+                side = self._queue_side_by_side(config, plan, placement, findings, stop_on_nan, intent)
+            if side.run is not None:
+                self.advance_queue()  # outside the lock (it takes it): starts the run if its GPUs are free
+                return StartResult(self.store.read(side.run.id), findings)
+            return side
         with self._lock, self.queue.locked():  # a double-click launches exactly one run
             earlier = self._intents.get(intent) if intent else None
             if earlier is not None:
@@ -178,6 +232,22 @@ class RunManager:
             self.advance_queue()  # nothing trains: the head of the queue starts now
             queued = self.store.read(queued.id)
         return StartResult(queued, findings)
+
+    def _queue_side_by_side(self, config: RunConfig, plan: DistributedPlan | None, placement: Placement, findings: list[Finding], stop_on_nan: bool, intent: str) -> StartResult:
+        """Side by side (called with both locks held): the run joins the queue with the GPUs
+        it asks for (the caller's advance_queue starts it at once when they are free); a run
+        that asks for more GPUs than the node has is refused before anything is made."""
+        from backend.runs.gpu_slots import Ask, ask_problem
+
+        asked = gpus_asked(plan)
+        assert self.node is not None
+        if ask_problem(Ask("", count=asked), self.node) is not None:
+            return StartResult(None, findings + [Finding.of("start", "gpus-too-many", asked=asked, have=len(self.node))])
+        try:
+            queued = self._create(config, plan, placement, stop_on_nan, queued=True, gpus_asked=asked)
+        except QueueFull:
+            return StartResult(None, findings + [Finding.of("start", "queue-full")])
+        return self._remember(intent, StartResult(queued, findings))
 
     def _remember(self, intent: str, result: StartResult) -> StartResult:
         if intent and result.run is not None:
@@ -203,6 +273,7 @@ class RunManager:
         queued: bool = False,
         extra_files: dict[str, str] | None = None,
         run_id: str | None = None,
+        gpus_asked: int | None = None,
     ) -> RunState:
         """The run's directory, whole: config, form, log, DeepSpeed files; a queued run also
         its launch.json (what its trainer will get), and it joins the queue first."""
@@ -224,7 +295,7 @@ class RunManager:
             **(extra_files or {}),
         }
         if queued:
-            files[LAUNCH_FILE] = launch_file(self._launch_env(config, plan))
+            files[LAUNCH_FILE] = launch_file(self._launch_env(config, plan), gpus_asked)
             self.queue.join(run_id)
         try:
             state = self.store.create(
@@ -310,6 +381,8 @@ class RunManager:
         """Starts the first queued run when nothing trains here; returns it (None: nothing
         started). A queued run that cannot start (its files were broken meanwhile) is
         recorded as failed, and the next one is tried."""
+        if self.side_by_side:
+            return self._advance_side_by_side()
         with self._lock, self.queue.locked():
             if self.active_run() is not None:
                 return None
@@ -330,6 +403,77 @@ class RunManager:
                     except RunNotFound:
                         pass
         return None
+
+    def _advance_side_by_side(self) -> RunState | None:
+        """Starts every queued run whose GPUs are free now (gpu_slots.decide: in queue order,
+        a run that waits keeps what it waits for), each with its GPUs in HIP_VISIBLE_DEVICES
+        and CUDA_VISIBLE_DEVICES and a MASTER_PORT no live run of this node has; returns the
+        first started. A live run whose GPUs are not recorded holds the whole node."""
+        from backend.config.distributed import free_port
+        from backend.runs.gpu_slots import Ask, ask_problem, decide
+
+        node = self.node
+        assert node is not None
+        with self._lock, self.queue.locked():
+            held: dict[str, tuple[int, ...]] = {}
+            ports: set[str] = set()
+            for live in self.active_runs():
+                held[live.id] = self.gpus_of(live.id) or node
+                try:
+                    ports.add(read_launch_env(self.store.run_dir(live.id)).get("MASTER_PORT", ""))
+                except (OSError, ValueError, RunNotFound):
+                    pass
+            asks: list[Ask] = []
+            for state in self.queue.queued():
+                try:
+                    asked, _ = read_launch_gpus(self.store.run_dir(state.id))
+                except (OSError, ValueError, RunNotFound) as error:
+                    self._queued_run_failed(state.id, error)
+                    continue
+                if asked is None:  # queued by a process of one slot (`app.py submit`): its plan's GPU list
+                    try:
+                        devices = read_launch_env(self.store.run_dir(state.id)).get("HIP_VISIBLE_DEVICES", "")
+                    except (OSError, ValueError, RunNotFound):
+                        devices = ""
+                    asked = max(1, len([d for d in devices.split(",") if d.strip()]))
+                asks.append(Ask(state.id, count=min(asked, 64)))
+            decision = decide(node, held, asks)
+            first: RunState | None = None
+            for grant in decision.start:
+                self.queue.leave(grant.run_id)
+                try:
+                    run_dir = self.store.run_dir(grant.run_id)
+                    env = read_launch_env(run_dir)
+                    devices = ",".join(str(g) for g in grant.gpus)
+                    env["HIP_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] = devices  # never ROCR_: docs/multi-gpu.md
+                    if "MASTER_PORT" in env and env.get("NNODES", "1") == "1":
+                        port = str(free_port())
+                        for _ in range(50):  # free now, and no other live run's
+                            if port not in ports:
+                                break
+                            port = str(free_port())
+                        env["MASTER_PORT"] = port
+                        ports.add(port)
+                    safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env, len(grant.gpus), grant.gpus).encode("utf-8"))
+                    self.store.update(grant.run_id, state="starting", queued_at=None, **starter_fields())
+                    started = self.launch(grant.run_id, env)
+                    first = first or started
+                except (OSError, ValueError, RunNotFound) as error:
+                    self._queued_run_failed(grant.run_id, error)
+            for wait in decision.waiting:
+                if wait.reason == "impossible":  # the node has fewer GPUs than it asks (changed since)
+                    self.queue.leave(wait.run_id)
+                    ask = next(a for a in asks if a.run_id == wait.run_id)
+                    self._queued_run_failed(wait.run_id, ValueError(ask_problem(ask, node) or ""))
+        return first
+
+    def _queued_run_failed(self, run_id: str, error: BaseException) -> None:
+        log.warning("queued run %s could not start: %s", run_id, error)
+        self.queue.leave(run_id)
+        try:
+            self.store.update(run_id, state="failed", stop_reason="reason.queue_start_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time())
+        except RunNotFound:
+            pass
 
     def cancel_queued(self, run_id: str) -> list[Finding]:
         """Takes a queued run out of the queue (it never starts); why not, otherwise."""
@@ -474,7 +618,7 @@ class RunManager:
                 current = self._settle(self.store.read(run_id))
             except RunNotFound:
                 current = None
-            active = self.active_run() if current is None or current.local else None
+            active = self.active_run() if (current is None or current.local) and not self.side_by_side else None
             if active is not None:
                 return StartResult(None, [Finding.of("resume", "run-active", message="run-active-resume", run_id=active.id, state=Message(f"state.{active.state}"))])
             refusal = resume_plan(self.store, run_id, current)
@@ -510,12 +654,22 @@ class RunManager:
 
                 env.update(launch_env(plan))
             self.monitors.forget(run_id)  # re-read the whole curve, resumed steps included
-            return StartResult(self.launch(run_id, env), [])
+            if not self.side_by_side:
+                return StartResult(self.launch(run_id, env), [])
+            # Side by side: it waits in the queue for its GPUs (it starts now if they are free).
+            with self.queue.locked():
+                safe_files.write_atomic(self.store.run_dir(run_id), LAUNCH_FILE, launch_file(env, gpus_asked(plan)).encode("utf-8"))
+                self.queue.join(run_id)
+                self.store.update(run_id, state="queued", queued_at=time.time())
+        self.advance_queue()
+        return StartResult(self.store.read(run_id), [])
 
     def reattach(self) -> RunState | None:
         """After a restart: follow the run still training here and every Slurm job still
         pending or running, settle the ones that ended, and start the queue's next run if
         nothing trains here."""
+        if self.side_by_side:
+            return self._reattach_side_by_side()
         active = self.active_run()
         if active is not None:
             self._watch(active)
@@ -528,6 +682,20 @@ class RunManager:
             started = self.advance_queue()
             return started
         return active
+
+    def _reattach_side_by_side(self) -> RunState | None:
+        """reattach with several slots: every trainer still running here is followed again
+        (its GPUs are in its launch.json), then the queue starts what fits beside them."""
+        live = self.active_runs()
+        for state in live:
+            self._watch(state)
+            self.on_launch(state.id)
+        for state in self.store.list():
+            if state.active and not state.local:
+                self.slurm.follow(state)
+                self.on_launch(state.id)
+        started = self.advance_queue() if self.queue.order() else None
+        return live[0] if live else started
 
     # --- stop and the run's settings -------------------------------------------------
 
@@ -590,6 +758,19 @@ class RunManager:
     def _watch(self, state: RunState) -> None:
         if self.sampler is None or not state.local:
             return  # a Slurm run's nodes sample themselves (backend/slurm/node_task.py)
+        if self.side_by_side and self._watched not in (None, state.id):
+            # Side by side: the app's sampler follows the first run; each other one gets a
+            # sampler of its own on the same machine, which reads that run's *_VISIBLE_DEVICES
+            # from its process and so charts only its GPUs (Sampler._apply_run_environment).
+            from backend.telemetry.sampler import Sampler
+
+            own = self._own_samplers.get(state.id)
+            if own is None:
+                own = Sampler(interval_s=self.sampler.interval_s, sysfs_root=self.sampler.sysfs_root)
+                self._own_samplers[state.id] = own
+                own.start()
+            own.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
+            return
         self._watched = state.id
         self.sampler.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
 
@@ -605,6 +786,10 @@ class RunManager:
         if self.sampler is not None and self._watched == run_id:
             self._watched = None
             self.sampler.watch(None, None)
+        own = self._own_samplers.pop(run_id, None)
+        if own is not None:
+            own.watch(None, None)
+            threading.Thread(target=own.stop, daemon=True, name=f"sampler-stop-{run_id}").start()
 
     def _vanished(self, run_id: str) -> None:
         """The run's directory was deleted by hand while the app ran. Its trainer can no
@@ -619,4 +804,4 @@ class RunManager:
             self.slurm.client.cancel(last.job_id)  # a Slurm job nobody can see or stop any more
 
 
-__all__ = ["QUEUE_KEEPER_INTERVAL_S", "RunManager", "StartResult"]
+__all__ = ["QUEUE_KEEPER_INTERVAL_S", "RunManager", "StartResult", "gpus_asked"]
