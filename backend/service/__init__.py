@@ -51,6 +51,7 @@ from backend.service.run_manager import RunManager, StartResult
 from backend.service.run_view import RunView, panel_view
 from backend.service.validation_desk import ValidationDesk
 from backend.snapshot import RunSnapshot
+from backend.sweep.desk import SweepDesk
 
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
@@ -86,7 +87,7 @@ class RocBoard:
 
     # The parts the page is handed by name, each a tab's whole interface (the page may call
     # `board.<desk>.<method>`); every other attribute set in __init__ is not the page's.
-    DESKS = ("data", "chat", "evaluations", "exports", "validation")
+    DESKS = ("data", "chat", "evaluations", "exports", "validation", "sweeps")
 
     def __init__(
         self,
@@ -131,6 +132,8 @@ class RocBoard:
         self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
         # The validation path (one GPU, N GPUs, a fault drill): its rungs are runs like any other.
         self.validation = ValidationDesk(self, lambda: self.presets, self.active_run, export_dir=self.export_dir, slurm=self.run_manager.slurm.client.configured)
+        # Sweeps (backend/sweep): a form's fields varied, each point a run through start() below.
+        self.sweeps = SweepDesk(self)
         self.helper: LlamaFactoryHelper | None = None
         if warm_helper:
             self.start_helper()
@@ -154,6 +157,7 @@ class RocBoard:
         queue and the Slurm jobs."""
         self.run_manager.stop_keeping_queue()
         self.validation.close()
+        self.sweeps.close()
         self.chat.close()
         self.exports.close()
         self.notifier.close()

@@ -17,7 +17,6 @@ an unreadable file, or no such sweep.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, TextIO
 
 from backend.i18n import Message, translate
 from backend.runs_cli import CONFIG_MAX_BYTES, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options
+from backend.sweep.status import print_view, values_text
 
 GIB = 1024**3
 WAIT_INTERVAL_S = 2.0
@@ -47,12 +47,6 @@ def sweep_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _values(values: tuple[tuple[str, Any], ...]) -> str:
-    from backend.sweep.spec import value_tag
-
-    return " ".join(f"{name}={value_tag(value)}" for name, value in values)
-
-
 def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     options, status = _options(sweep_parser(), argv)
@@ -60,7 +54,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         return status
     locale = _locale(options.lang)
     from backend.findings import has_problems
-    from backend.sweep.desk import SweepDesk, SweepStartRefused
+    from backend.sweep.desk import SweepStartRefused
     from backend.sweep.spec import SweepRefused, SweepSpec, parse_vary
 
     try:
@@ -95,7 +89,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
             err.write(_finding_line(finding, locale) + "\n")
         err.write(translate("sweep.cli.refused", locale, reason=translate("sweep.cli.config-problems", locale, path=str(options.config))) + "\n")
         return EXIT_REFUSED
-    desk = SweepDesk(board)
+    desk = board.sweeps
     # The runs' names start with the sweep's: --name, else the YAML's run_name, else its file's stem.
     name = options.name or str(load.values.get("run_name") or "") or Path(options.config).stem
     try:
@@ -104,7 +98,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
         return EXIT_REFUSED
     for cost in plan.costs:
-        err.write(translate("sweep.cli.run", locale, name=cost.name, values=_values(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
+        err.write(translate("sweep.cli.run", locale, name=cost.name, values=values_text(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
     err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
     if options.dry_run:
         err.write(translate("sweep.cli.dry-run", locale) + "\n")
@@ -129,7 +123,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         except KeyboardInterrupt:
             err.write(translate("sweep.cli.left", locale, id=record.id) + "\n")
             return EXIT_OK
-        _print_view(desk.view(record.id, options.metric, locale), locale, out)
+        print_view(desk.view(record.id, options.metric, locale), locale, out)
         return EXIT_OK
     if not board.run_manager.queue_keeper_alive():
         err.write(translate("sweep.cli.no-keeper", locale) + "\n")
@@ -152,50 +146,8 @@ def parse_early_stop(text: str) -> tuple[int, float]:
     return parsed
 
 
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def sweep_status(runs_dir: Any, sweep_id: str, metric: str, as_json: bool, locale: str, out: TextIO, err: TextIO) -> int:
-    """`status --sweep ID`: the sweep's runs ranked best first (or its JSON)."""
-    from backend.sweep.desk import SweepDesk
-    from backend.sweep.record import SweepNotFound
-    from backend.sweep.spec import SweepRefused
-
-    board = _board(runs_dir)
-    try:
-        view = SweepDesk(board).view(sweep_id, metric, locale)
-    except SweepNotFound:
-        err.write(translate("sweep.cli.not-found", locale, id=str(sweep_id)[:80]) + "\n")
-        return EXIT_USAGE
-    except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_USAGE
-    if as_json:
-        out.write(json.dumps(view.to_json(), indent=2, ensure_ascii=False) + "\n")
-        return EXIT_OK
-    _print_view(view, locale, out)
-    return EXIT_OK
-
-
-def _print_view(view: Any, locale: str, out: TextIO) -> None:
-    out.write(translate("sweep.cli.header", locale, id=view.record.id, metric=translate(f"sweep.metric.{view.metric}", locale), runs=len(view.rows)) + "\n")
-    for place, row in enumerate(view.rows, 1):
-        state = translate(f"state.{row.state}", locale) if row.state != "deleted" else translate("sweep.state.deleted", locale)
-        rate = "-" if row.tokens_per_s is None else f"{row.tokens_per_s:,.0f}"
-        time_s = "-" if row.duration_s is None else f"{row.duration_s:.0f}"
-        out.write(
-            translate("sweep.cli.row", locale, place=place, run=row.run_id, values=_values(row.values), state=state, metric=_number(row.metric(view.metric)), rate=rate, seconds=time_s)
-            + "\n"
-        )
-    if view.best_run_id:
-        out.write(translate("sweep.cli.best", locale, run=view.best_run_id) + "\n")
-    if view.finished:
-        out.write(translate("sweep.cli.finished", locale) + "\n")
-
-
 def main(argv: list[str]) -> int:
     return sweep_main(argv)
 
 
-__all__ = ["main", "parse_early_stop", "sweep_main", "sweep_parser", "sweep_status"]
+__all__ = ["main", "parse_early_stop", "sweep_main", "sweep_parser"]

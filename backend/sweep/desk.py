@@ -18,17 +18,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from backend.config import shown
+from backend.config.estimate import MemoryEstimate
+from backend.config.presets import HardwarePreset
 from backend.findings import Finding, has_problems
 from backend.i18n import Message
+from backend.runs import RunState, RunStore
 from backend.sweep.record import SweepMember, SweepRecord, list_sweeps, new_sweep_id, now, read_record, write_record
 from backend.sweep.spec import Axis, SweepRefused, SweepRun, SweepSpec, expand, sanitize
 from backend.sweep.view import DEFAULT_METRIC, METRICS, Losing, SweepRow, best_run, curve_figures, eval_points, losing_runs, rank
-
-if TYPE_CHECKING:
-    from backend.service import RocBoard
 
 log = logging.getLogger(__name__)
 FOLLOW_INTERVAL_S = 2.0
@@ -82,6 +82,27 @@ class SweepView:
         }
 
 
+class Board(Protocol):
+    """What a sweep needs of the RocBoard (backend/service) whose Start its runs go through: a
+    protocol, as the facade holds this desk (importing its type back would make a cycle)."""
+
+    store: RunStore
+    pipeline: Any
+    run_manager: Any
+
+    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "") -> Any: ...
+
+    def stop(self, run_id: str) -> RunState: ...
+
+    def delete(self, run_id: str) -> list[Finding]: ...
+
+    def cancel_queued(self, run_id: str) -> list[Finding]: ...
+
+    def estimate(self, form: Mapping[str, Any]) -> MemoryEstimate: ...
+
+    def preset(self, preset_id: str) -> HardwarePreset | None: ...
+
+
 class SweepStartRefused(SweepRefused):
     """A run of the sweep was refused: its findings say why (nothing of the sweep was kept)."""
 
@@ -97,7 +118,7 @@ def _prefix(base_form: Mapping[str, Any], name: str) -> str:
 class SweepDesk:
     """The sweeps of one RocBoard's runs directory."""
 
-    def __init__(self, board: RocBoard):
+    def __init__(self, board: Board):
         self.board = board
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -376,7 +397,7 @@ def _max_runs() -> int:
     return MAX_RUNS
 
 
-def _gpus(pipeline: Any, form: Mapping[str, Any], preset: Any) -> int:
+def _gpus(pipeline: Any, form: Mapping[str, Any], preset: HardwarePreset | None) -> int:
     """The GPUs a run asks for: Slurm's nodes x GPUs per node; here, the plan's workers on a
     GPU preset (one for a plain run), none on the CPU."""
     from backend.config.placement import SlurmPlacement

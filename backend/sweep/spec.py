@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.config import field_noun, form_value, parse_form, schema, shown
+from backend.findings import Finding
 from backend.i18n import Message
 
 MAX_FIELDS = 3  # fields varied at once (learning rate x LoRA rank x cutoff)
@@ -154,7 +155,7 @@ def typed_values(axis: Axis, base_form: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(typed)
 
 
-def _problem(finding: Any) -> Any:
+def _problem(finding: Finding) -> Any:
     """The finding's problem as a message of its own (rendered in the reader's language)."""
     if finding.params is None:
         return finding.problem
