@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.config.presets import load_presets
 from backend.i18n import translate
@@ -49,10 +50,20 @@ def button_state(page, element_id: str) -> dict:
     return page.evaluate("(id) => { const b = document.querySelector('#' + id); return {enabled: !!b && !b.disabled, red: !!b && b.classList.contains('stop')}; }", element_id)
 
 
-def choose(page, element_id: str, needle: str) -> None:
-    """Picks the option of a Gradio dropdown whose label holds `needle`."""
-    page.locator(f"#{element_id} input").click()
-    page.locator(f"#{element_id} ul.options li", has_text=needle).first.click()
+def choose(page, element_id: str, needle: str, attempts: int = 3) -> None:
+    """Picks the option of a Gradio dropdown whose label holds `needle` (opened again when an
+    update of its choices closed it under the click)."""
+    for attempt in range(attempts):
+        page.locator(f"#{element_id} input").click()
+        option = page.locator(f"#{element_id} ul.options li", has_text=needle).first
+        try:
+            option.click(timeout=10_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise
+            page.keyboard.press("Escape")
+            wait_until_idle(page)
     page.wait_for_function("([id, needle]) => (document.querySelector('#' + id + ' input')?.value ?? '').includes(needle)", arg=[element_id, needle], timeout=UI_TIMEOUT_MS)
     wait_until_idle(page)
 
@@ -255,6 +266,7 @@ def test_a_path_started_from_the_page_passes_and_its_report_compares_with_an_upl
 
     # The new report compared with it: what changed in the fingerprint, what moved.
     choose(page, "validate-report", new_id)
+    wait_for_text(page, "#validate-report-view", new_id)  # its answer came: the choices to compare with too
     choose(page, "validate-compare-with", older.id)
     page.locator("#validate-compare").click()
     compared = folded(wait_for_text(page, "#validate-comparison", translate("validate.compare.machine_changed", "en").rstrip(":")))

@@ -16,7 +16,7 @@ from backend.i18n import translate
 from backend.service import RocBoard, demo_form
 from backend.validate.path import RequestError, ValidationRequest
 from backend.validate.report import MAX_REPORT_BYTES, ReportError
-from backend.validate.tab_view import refusal_markdown, report_choices, request_from_page, rung_choices, status_key, status_markdown
+from backend.validate.tab_view import RUNNING_STATES, refusal_markdown, report_choices, request_from_page, rung_choices, status_key, status_markdown
 from backend.validate.view import comparison_markdown, report_markdown
 from ui.widgets import Texts
 
@@ -90,8 +90,20 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
         except ReportError:
             return None
 
+    # The report so far, read again only when it lacks a rung the status says ended (the
+    # progress line changes every step, the report when a rung ends and is saved), for every
+    # page that follows the path.
+    so_far: dict[str, Any] = {"id": None, "report": None}
+
     def panel(status, locale: str) -> str:
-        return status_markdown(status, saved(status.report_id) if status is not None and not status.done else None, locale)
+        if status is None or status.done:
+            return status_markdown(status, None, locale)
+        ended = sum(state not in RUNNING_STATES for state in status.rungs.values())
+        report = so_far["report"] if so_far["id"] == status.report_id else None
+        if report is None or len(report.rungs) < ended:
+            report = saved(status.report_id)
+            so_far.update(id=status.report_id, report=report)
+        return status_markdown(status, report, locale)
 
     def reports_outputs(locale: str, chosen: str | None, other: str | None, compared: Any) -> list[Any]:
         """The reports kept now: the one chosen (else the newest), the one to compare with
