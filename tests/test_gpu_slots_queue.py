@@ -119,3 +119,22 @@ def test_one_slot_is_the_old_rule_and_a_plan_asks_its_gpu_count(runs, monkeypatc
     assert gpus_asked(DistributedPlan(nproc=4, on_cpu=True)) == 1  # CPU workers share one slot
     with pytest.raises(ValueError):
         rm.set_node((0, 0))
+
+
+def test_a_resume_waits_in_the_queue_for_a_gpu(runs, monkeypatch):
+    from tests.test_resume import make_run
+
+    rm = manager(runs, monkeypatch)
+    store = rm.store
+    r1, r2 = queue_run(store, "r1", 1), queue_run(store, "r2", 1)
+    rm.advance_queue()
+    assert rm.gpus_of(r1) == (0,)
+    stopped = make_run(store)
+    resumed = rm.resume(stopped)
+    assert resumed.findings == [] and resumed.run.state == "queued"  # both GPUs are held
+    assert resumed.run.pid is None and read_launch_gpus(runs / stopped) == (1, None)
+    rm.stop(r2)
+    assert rm.advance_queue().id == stopped
+    state = store.read(stopped)
+    assert (state.state, state.attempts) == ("running", 2) and rm.gpus_of(stopped) == (1,)
+    assert environ(state.pid)["HIP_VISIBLE_DEVICES"] == "1"

@@ -26,7 +26,7 @@ from backend.config.placement import LocalPlacement, Placement, SlurmPlacement
 from backend.config.presets import HardwarePreset
 from backend.findings import Finding, has_problems
 from backend.i18n import Message
-from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, safe_files, starter_fields
+from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, attempt_fields, safe_files, starter_fields
 from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
 from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus
 from backend.service.monitors import Monitors
@@ -660,7 +660,7 @@ class RunManager:
             with self.queue.locked():
                 safe_files.write_atomic(self.store.run_dir(run_id), LAUNCH_FILE, launch_file(env, gpus_asked(plan)).encode("utf-8"))
                 self.queue.join(run_id)
-                self.store.update(run_id, state="queued", queued_at=time.time())
+                self.store.update(run_id, **attempt_fields(state="queued", queued_at=time.time()))  # the last attempt's process cleared
         self.advance_queue()
         return StartResult(self.store.read(run_id), [])
 
