@@ -367,3 +367,14 @@ def test_a_stall_alert_is_posted_once_with_its_words(tmp_path, receiver):
     finally:
         board.stop(state.id)
         sampler.stop()
+
+
+def test_the_apps_help_prints_with_the_webhook_flags(capsys):
+    """`python app.py --help` prints (argparse formats each help with %: a bare % broke it)."""
+    from ui.serve import parse_args
+
+    with pytest.raises(SystemExit) as ended:
+        parse_args(["--help"])
+    assert ended.value.code == 0
+    printed = capsys.readouterr().out
+    assert "--webhook-url URL" in printed and "--webhook-kind" in printed and "busy below this % is idle" in printed

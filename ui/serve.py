@@ -137,7 +137,8 @@ def add_health_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("GPU health", "when RocBoard alerts about a training run's GPUs (docs/multi-gpu.md, GPU health)")
     for flag, name, what in HEALTH_FLAGS:
         low, high = BOUNDS[name]
-        group.add_argument(flag, type=float, default=getattr(defaults, name), metavar="N", help=f"{what} (default {getattr(defaults, name):g}; {low:g} to {high:g})")
+        shown = what.replace("%", "%%")  # argparse formats each help with %: a bare one broke --help
+        group.add_argument(flag, type=float, default=getattr(defaults, name), metavar="N", help=f"{shown} (default {getattr(defaults, name):g}; {low:g} to {high:g})")
     group.add_argument("--health-stop-on-stall", action="store_true", help="stop a stalled run (it can be resumed from its last checkpoint); off unless given")
 
 
