@@ -50,6 +50,7 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self.delivered = 0  # POSTs answered 2xx (tests and the docs' figures read them)
         self.dropped = 0  # events not posted: the queue was full, or every try failed
+        self._full_said = False
 
     def send(self, event: RunEvent) -> None:
         """Keeps `event` for the page and queues it for the webhook; returns at once."""
@@ -63,9 +64,12 @@ class Notifier:
                 self._thread.start()
         try:
             self._queue.put_nowait(event)
+            self._full_said = False
         except queue.Full:
             self.dropped += 1
-            log.warning("webhook %s: %d events wait already; the %s of run %s is not posted", self.webhook.redacted, self._queue.maxsize, event.kind, event.run_id)
+            if not self._full_said:  # once per time the queue is full, not once per event
+                self._full_said = True
+                log.warning("webhook %s: %d events wait already; the %s of run %s and those after it are dropped until it moves", self.webhook.redacted, self._queue.maxsize, event.kind, event.run_id)
 
     def recent(self, after: int | None, locale: str) -> dict[str, Any]:
         """What a tab asks (ui/notify.py): the events after its cursor `after`, in `locale`,
