@@ -17,6 +17,7 @@ from ui.import_tab import build_import_tab
 from ui.live import live_script
 from ui.notify import notify_script
 from ui.runs_tab import RUNS_CSS, build_runs_tab
+from ui.sweep_tab import build_sweep_tab
 from ui.train_tab import ACTIONS_CSS, build_train_tab
 from ui.validate_tab import build_validate_tab
 from ui.widgets import Texts
@@ -57,6 +58,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 with texts.label(gr.Tab(texts(label), id=tab_id, elem_id=f"tab-{tab_id}"), label) as tab:
                     try_tabs[tab_id] = (tab, build(board, texts, locale_state, train, tabs, TRAIN_TAB_ID))
             # Prove a setup before a long training: one GPU, N GPUs, a fault drill (docs/validate.md).
+            with texts.label(gr.Tab(texts("tab.sweeps"), id="sweeps", elem_id="tab-sweeps"), "tab.sweeps") as sweeps_tab:
+                sweeps = build_sweep_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.validate"), id="validate", elem_id="tab-validate"), "tab.validate") as validate_tab:
                 validate = build_validate_tab(board, texts, locale_state)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
@@ -73,6 +76,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                 tab.select(wired["refresh"], wired.get("refresh_inputs", locale_state), wired["refresh_outputs"], show_progress="hidden")
         # Each visit finds the path running here (its status followed again) and the reports kept now.
         validate_tab.select(validate["refresh"], validate["refresh_inputs"], validate["refresh_outputs"], show_progress="hidden")
+        # Each visit offers the sweeps on disk now, the metrics in the page's language.
+        sweeps_tab.select(sweeps["refresh"], sweeps["refresh_inputs"], sweeps["refresh_outputs"], show_progress="hidden")
         strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str, mode: dict):
