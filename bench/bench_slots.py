@@ -28,7 +28,7 @@ def _case(gpus: int, queued: int, seed: int) -> tuple[tuple[int, ...], dict[str,
 
     rng = random.Random(seed)
     node = tuple(range(gpus))
-    held = {f"live{n}": (n,) for n in range(0, gpus, 2)}
+    held: dict[str, tuple[int, ...]] = {f"live{n}": (n,) for n in range(0, gpus, 2)}
     queue = []
     for n in range(queued):
         roll = rng.random()
