@@ -81,8 +81,18 @@ def test_runs_start_on_their_own_gpus_and_ports_and_a_two_gpu_run_is_not_starved
     assert again.reattach().id in (r1, r2)
     assert [store.read(i).state for i in (big, r3)] == ["queued", "queued"]
 
+    # The node as a view shows it: who holds each GPU, who waits for what (nothing started).
+    from backend.runs.gpu_slots import Wait
+
+    view = again.node_view()
+    assert (view.holder(0), view.holder(1)) == (r1, r2) and view.decision.start == ()
+    assert view.decision.waiting == (Wait(big, "busy", (r1, r2)), Wait(r3, "busy", (r1, r2)))
+
     # r1 ends: GPU 0 is kept for the 2-GPU run at the head; r3 behind it does not take it.
     again.stop(r1)
+    view = again.node_view()
+    assert view.holder(0) is None and view.decision.reserved == {0: big}
+    assert view.decision.waiting == (Wait(big, "busy", (r2,)), Wait(r3, "reserved", (), big))
     assert again.advance_queue() is None
     assert [store.read(i).state for i in (big, r3)] == ["queued", "queued"]
     # r2 ends: the 2-GPU run starts on both, with a port of its own; r3 still waits.
@@ -111,7 +121,8 @@ def test_a_queued_run_asking_more_gpus_than_the_node_has_fails_and_the_next_star
 def test_one_slot_is_the_old_rule_and_a_plan_asks_its_gpu_count(runs, monkeypatch):
     from backend.config.distributed import DistributedPlan
 
-    assert not manager(runs, monkeypatch, node=(0,)).side_by_side
+    one = manager(runs, monkeypatch, node=(0,))
+    assert not one.side_by_side and one.node_view() is None
     rm = manager(runs, monkeypatch)
     assert rm.side_by_side
     assert gpus_asked(None) == 1

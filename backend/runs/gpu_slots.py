@@ -78,6 +78,18 @@ class Decision:
     free: tuple[int, ...] = ()  # GPUs nobody holds or was given, after this decision
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """The node as the page or a script shows it: each GPU's holder, and the queue's waits."""
+
+    node: tuple[int, ...]
+    held: Mapping[str, tuple[int, ...]]  # live run -> its GPUs
+    decision: Decision  # what the queue would do now (nothing was started for it)
+
+    def holder(self, gpu: int) -> str | None:
+        return next((run_id for run_id, gpus in self.held.items() if gpu in gpus), None)
+
+
 def cpu_slots(count: int = 1) -> tuple[int, ...]:
     """The node of a machine without GPUs: `count` slots (the demo default: one)."""
     if not 1 <= count <= MAX_CPU_SLOTS:
@@ -171,4 +183,4 @@ def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequen
     return Decision(tuple(starts), tuple(waits), reserved, tuple(free))
 
 
-__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "node_gpus"]
+__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "NodeView", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "node_gpus"]

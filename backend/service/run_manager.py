@@ -35,6 +35,7 @@ from backend.slurm.executor import SlurmExecutor
 
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
+    from backend.runs.gpu_slots import Ask, NodeView
     from backend.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -410,33 +411,12 @@ class RunManager:
         and CUDA_VISIBLE_DEVICES and a MASTER_PORT no live run of this node has; returns the
         first started. A live run whose GPUs are not recorded holds the whole node."""
         from backend.config.distributed import free_port
-        from backend.runs.gpu_slots import Ask, ask_problem, decide
+        from backend.runs.gpu_slots import ask_problem, decide
 
         node = self.node
         assert node is not None
         with self._lock, self.queue.locked():
-            held: dict[str, tuple[int, ...]] = {}
-            ports: set[str] = set()
-            for live in self.active_runs():
-                held[live.id] = self.gpus_of(live.id) or node
-                try:
-                    ports.add(read_launch_env(self.store.run_dir(live.id)).get("MASTER_PORT", ""))
-                except (OSError, ValueError, RunNotFound):
-                    pass
-            asks: list[Ask] = []
-            for state in self.queue.queued():
-                try:
-                    asked, _ = read_launch_gpus(self.store.run_dir(state.id))
-                except (OSError, ValueError, RunNotFound) as error:
-                    self._queued_run_failed(state.id, error)
-                    continue
-                if asked is None:  # queued by a process of one slot (`app.py submit`): its plan's GPU list
-                    try:
-                        devices = read_launch_env(self.store.run_dir(state.id)).get("HIP_VISIBLE_DEVICES", "")
-                    except (OSError, ValueError, RunNotFound):
-                        devices = ""
-                    asked = max(1, len([d for d in devices.split(",") if d.strip()]))
-                asks.append(Ask(state.id, count=min(asked, 64)))
+            held, ports, asks = self._slot_inputs(node, fail_broken=True)
             decision = decide(node, held, asks)
             first: RunState | None = None
             for grant in decision.start:
@@ -466,6 +446,50 @@ class RunManager:
                     ask = next(a for a in asks if a.run_id == wait.run_id)
                     self._queued_run_failed(wait.run_id, ValueError(ask_problem(ask, node) or ""))
         return first
+
+    def _slot_inputs(self, node: tuple[int, ...], fail_broken: bool) -> tuple[dict[str, tuple[int, ...]], set[str], list[Ask]]:
+        """(GPUs each live local run holds, their MASTER_PORTs, what each queued run asks), in
+        queue order; a queued run whose launch.json cannot be read is failed (`fail_broken`)
+        or left out."""
+        from backend.runs.gpu_slots import Ask
+
+        held: dict[str, tuple[int, ...]] = {}
+        ports: set[str] = set()
+        for live in self.active_runs():
+            held[live.id] = self.gpus_of(live.id) or node
+            try:
+                ports.add(read_launch_env(self.store.run_dir(live.id)).get("MASTER_PORT", ""))
+            except (OSError, ValueError, RunNotFound):
+                pass
+        asks: list[Ask] = []
+        for state in self.queue.queued():
+            try:
+                asked, _ = read_launch_gpus(self.store.run_dir(state.id))
+            except (OSError, ValueError, RunNotFound) as error:
+                if fail_broken:
+                    self._queued_run_failed(state.id, error)
+                continue
+            if asked is None:  # queued by a process of one slot (`app.py submit`): its plan's GPU list
+                try:
+                    devices = read_launch_env(self.store.run_dir(state.id)).get("HIP_VISIBLE_DEVICES", "")
+                except (OSError, ValueError, RunNotFound):
+                    devices = ""
+                asked = max(1, len([d for d in devices.split(",") if d.strip()]))
+            asks.append(Ask(state.id, count=min(asked, 64)))
+        return held, ports, asks
+
+    def node_view(self) -> NodeView | None:
+        """The node now, side by side (None on one slot): which live run holds each GPU, and
+        for each queued run what the allocator would say (it starts, or why it waits: busy,
+        kept for a run ahead, impossible). Nothing is started or changed."""
+        from backend.runs.gpu_slots import NodeView, decide
+
+        node = self.node
+        if node is None or len(node) <= 1:
+            return None
+        with self.queue.locked():
+            held, _, asks = self._slot_inputs(node, fail_broken=False)
+        return NodeView(node, held, decide(node, held, asks))
 
     def _queued_run_failed(self, run_id: str, error: BaseException) -> None:
         log.warning("queued run %s could not start: %s", run_id, error)
