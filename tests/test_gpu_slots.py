@@ -144,3 +144,20 @@ def test_a_gpu_is_never_given_twice_nor_one_that_is_held() -> None:
             ahead = {a.run_id for a in queue[: queue.index(ask)]}
             assert not any(decision.reserved.get(g) in ahead for g in grant.gpus)
         assert {w.run_id for w in decision.waiting} | {g.run_id for g in decision.start} == {a.run_id for a in queue}
+
+
+def test_the_node_is_the_gpus_the_app_sees_else_its_cpu_slots(tmp_path) -> None:
+    from backend.runs.gpu_slots import node_gpus
+    from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards
+    from ui.serve import parse_args
+
+    root = build_fake_sysfs(tmp_path / "sys", server_cards(4), bmc_vga=False)
+    assert node_gpus(root, env={}) == (0, 1, 2, 3)
+    # a container's or Slurm's ROCR_VISIBLE_DEVICES bounds the node; HIP numbers what is left
+    assert node_gpus(root, env={"ROCR_VISIBLE_DEVICES": "1,3"}) == (0, 1)
+    assert node_gpus(tmp_path / "no-gpus", env={}) == (0,)
+    assert node_gpus(tmp_path / "no-gpus", env={}, cpu_slot_count=3) == (0, 1, 2)
+    assert parse_args([]).cpu_slots == 1 and parse_args(["--cpu-slots", "4"]).cpu_slots == 4
+    for bad in ("0", "65"):
+        with pytest.raises(SystemExit):
+            parse_args(["--cpu-slots", bad])
