@@ -292,10 +292,11 @@ def global_batch(store: RunStore, run_id: str) -> int | None:
     from backend.config.run_form import read_saved_run
 
     try:
+        # The saved form holds every field (the schema's default where none was saved).
         form = read_saved_run(store.run_dir(run_id)).form
         # A Slurm run's nodes are the placement's (its plan's dist_nnodes is Slurm's to decide).
-        nodes = int(form.get("slurm_nodes") or 1) if form.get("run_on") == "slurm" else int(form.get("dist_nnodes") or 1)
-        return int(form["batch_size"]) * int(form.get("grad_accum") or 1) * int(form.get("dist_nproc") or 1) * nodes
+        nodes = int(form["slurm_nodes"]) if form["run_on"] == "slurm" else int(form["dist_nnodes"])
+        return int(form["batch_size"]) * int(form["grad_accum"]) * int(form["dist_nproc"]) * nodes
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -88,7 +88,10 @@ def _rung_markdown(rung: RungResult, locale: str) -> list[str]:
 def report_markdown(report: ValidationReport, locale: str = "en") -> str:
     """The whole report: what was asked, each rung with its figures and causes, the data
     fingerprint and the machine's."""
-    request = report.request
+    def asked(name: str, limit: int = MAX_SHOWN_CHARS) -> str:
+        """What the report's request says of `name` (a report file's word, not a form's), escaped."""
+        return _e(report.request.get(name, "?"), limit)
+
     lines = [
         t("validate.view.title", locale, id=_e(report.id, 100)),
         "",
@@ -96,10 +99,10 @@ def report_markdown(report: ValidationReport, locale: str = "en") -> str:
         t(
             "validate.view.request",
             locale,
-            preset=_e(request.get("preset", "?"), 100),
-            model=_e(request.get("model", "?")),
-            dataset=_e(request.get("dataset", "?")),
-            gpus=_e(request.get("gpus", "?"), 20),
+            preset=asked("preset", 100),
+            model=asked("model"),
+            dataset=asked("dataset"),
+            gpus=asked("gpus", 20),
         ),
         t("validate.view.data_fingerprint", locale, fingerprint=_e(report.data_fingerprint, 100)) if report.data_fingerprint else t("validate.view.no_data_fingerprint", locale),
     ]
