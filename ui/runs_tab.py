@@ -31,6 +31,8 @@ RUNS_CSS = (
 # words in either language in a 1,200-pixel window (a 960-pixel table): "finished (attempt 2)"
 # and "已完成（第 2 次尝试）" on one line, a loss, "41.6 · 44.9", "59 分 59 秒"; a run id, a name,
 # "Slurm job 123456" and a start time take two lines where they must.
+NODE_POLL_S = 3.0  # the node panel's refresh while the page is open (side by side only)
+
 RUNS_COLUMN_WIDTHS = ["14.6%", "9.6%", "16.9%", "12%", "6.9%", "7.5%", "10.8%", "10%", "11.7%"]
 
 
@@ -63,6 +65,12 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     details = gr.Markdown("", elem_id="runs-details")
     # This machine's queue (in the order the runs start; its buttons only while a run waits in
     # it), then Slurm's (only where Slurm is set up here or a run used it).
+    # Side by side (more than one GPU or CPU slot): the node, each GPU and who holds it, and
+    # why each queued run waits; followed by a timer that sends nothing while it is unchanged.
+    node_text = board.node_markdown("en")
+    node_box = gr.Markdown(node_text or "", visible=node_text is not None, elem_id="runs-node")
+    node_shown = gr.State(node_text or "")  # what this page shows now: a tick equal to it sends nothing
+    node_timer = gr.Timer(NODE_POLL_S, active=node_text is not None)
     queue_box = gr.Markdown(elem_id="queue")
     with gr.Row(visible=False, elem_id="queue-controls") as queue_controls:
         queue_pick = texts.label(gr.Dropdown(choices=[], value=None, label=texts("queue.pick"), elem_id="queue-pick"), "queue.pick")
@@ -83,10 +91,22 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     queue_outputs = [queue_box, queue_controls, queue_pick, slurm_box]
 
-    def refresh(locale: str):
-        return [runs_table(board, locale), gr.update(choices=board.run_ids()), *queue_updates(locale)]
+    def node_update(locale: str) -> tuple[Any, str]:
+        text = board.node_markdown(locale)
+        return gr.update(value=text or "", visible=text is not None), text or ""
 
-    refresh_button.click(refresh, locale_state, [table, chosen, *queue_outputs])
+    def refresh(locale: str):
+        return [runs_table(board, locale), gr.update(choices=board.run_ids()), *queue_updates(locale), *node_update(locale)]
+
+    refresh_button.click(refresh, locale_state, [table, chosen, *queue_outputs, node_box, node_shown])
+
+    def on_node_tick(locale: str, shown: str):
+        text = board.node_markdown(locale)
+        if text is None or text == shown:
+            return gr.skip(), gr.skip()
+        return gr.update(value=text, visible=True), text
+
+    node_timer.tick(on_node_tick, [locale_state, node_shown], [node_box, node_shown], show_progress="hidden")
 
     def on_move(offset: int):
         def move(run_id: str | None, locale: str):
@@ -153,4 +173,4 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     confirm_button.click(on_confirm, [chosen, locale_state], [confirm_row, message, table, chosen])
     cancel_delete_button.click(lambda locale: (gr.update(visible=False), translate("runs.delete_cancelled", locale)), locale_state, [confirm_row, message])
-    return refresh, [table, chosen, *queue_outputs]
+    return refresh, [table, chosen, *queue_outputs, node_box, node_shown]

@@ -326,6 +326,34 @@ class RocBoard:
         (backend/runs/gpu_slots.py, docs/runs.md)."""
         self.run_manager.set_node(node)
 
+    @property
+    def side_by_side(self) -> bool:
+        """Whether local runs train side by side here (more than one GPU or CPU slot)."""
+        return self.run_manager.side_by_side
+
+    def node_markdown(self, locale: str = "en") -> str | None:
+        """The Runs tab's node panel (backend/runs/node_words.py): each GPU, the run holding
+        it, its VRAM and busy % (the latest reading of that run's sampler), and why each queued
+        run waits. None on one slot (no panel). Nothing is started or changed."""
+        from backend.runs.node_words import MAX_WAITING_SHOWN, node_markdown, readings_on_node
+
+        node = self.run_manager.node_view()
+        if node is None:
+            return None
+        readings = {}
+        for run_id, gpus in node.held.items():
+            sampler = self.run_manager.sampler_of(run_id)
+            if sampler is not None:
+                readings.update(readings_on_node(gpus, sampler.latest()))
+        shown = [*node.held, *(g.run_id for g in node.decision.start), *(w.run_id for w in node.decision.waiting)]
+        names = {}
+        for run_id in dict.fromkeys(shown[: len(node.held) + MAX_WAITING_SHOWN]):
+            try:
+                names[run_id] = self.store.read(run_id).name
+            except (RunNotFound, OSError, ValueError):
+                pass
+        return node_markdown(node, readings, names, locale)
+
     def runs(self) -> list[RunState]:
         return self.run_manager.runs()
 

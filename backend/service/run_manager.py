@@ -168,6 +168,13 @@ class RunManager:
         except (OSError, ValueError, RunNotFound):
             return None
 
+    def sampler_of(self, run_id: str) -> Sampler | None:
+        """The sampler charting a live local run's GPUs: the app's (the run it watches) or,
+        side by side, the run's own; None for any other run."""
+        if self.sampler is not None and self._watched == run_id:
+            return self.sampler
+        return self._own_samplers.get(run_id)
+
     def live_runs(self) -> list[RunState]:
         """Every run with something alive: the local one, and each Slurm job pending or running."""
         return [state for state in (self._settle(s) for s in self.store.list() if s.active) if state.active]
