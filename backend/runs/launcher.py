@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 GRACEFUL_STOP_S = 6.0
 TERM_STOP_S = 2.0
 STOP_BUDGET_S = 10.0
+STOPPED_BY_USER = "reason.stopped_by_user"  # why a run is stopped unless its stopper says otherwise
 
 # Environment every trainer gets: no hub is ever contacted, output is not buffered, and
 # LLaMA-Factory's graceful-abort handler is switched on.
@@ -258,7 +259,9 @@ class Launcher:
     def __init__(self, store: RunStore):
         self.store = store
         self._children: dict[str, subprocess.Popen | WarmChild] = {}
-        self._stopping: set[str] = set()
+        # run id -> why it is being stopped (a reason.* id and its params): the end that the
+        # trainer's wait thread records says so itself, never "stopped by the user" first.
+        self._stopping: dict[str, tuple[str, dict[str, str]]] = {}
         self._lock = threading.Lock()
         # The LLaMA-Factory helper trainers are forked from (warm starts); None: always cold.
         self.helper: LlamaFactoryHelper | None = None
@@ -365,15 +368,16 @@ class Launcher:
             try:
                 current = self.store.read(run_id)
             except RunNotFound:
-                self._stopping.discard(run_id)
+                self._stopping.pop(run_id, None)
                 return  # the run directory was deleted while it ran
             if pid is not None and current.pid not in (None, pid):
                 return  # a newer attempt (a resume) owns the run now
-            stopping = run_id in self._stopping
-            self._stopping.discard(run_id)
+            stopping = self._stopping.pop(run_id, None)
             params: dict[str, str] = {}
-            if stopping:
-                state, reason = "stopped", reason or "reason.stopped_by_user"
+            if stopping is not None:
+                state = "stopped"
+                if not reason:
+                    reason, params = stopping[0], dict(stopping[1])
             elif exit_code == 0:
                 state = "finished"
             else:
@@ -386,12 +390,13 @@ class Launcher:
                 return
         self.on_end(run_id)
 
-    def stop(self, run_id: str) -> RunState:
+    def stop(self, run_id: str, reason: str = STOPPED_BY_USER, reason_params: dict[str, str] | None = None) -> RunState:
+        """Stops the run's trainer; its end is recorded as stopped for `reason` (a reason.* id)."""
         state = self.store.read(run_id)
         if not state.active or not state.local:
             return state
         with self._lock:
-            self._stopping.add(run_id)
+            self._stopping[run_id] = (reason, dict(reason_params or {}))
             child = self._children.get(run_id)
         identity = self._identity(state)
         if identity is not None:
@@ -404,7 +409,7 @@ class Launcher:
             if self.store.read(run_id).active and not self.is_child(run_id):
                 state = self.refresh(run_id)  # a warm trainer whose helper died: nobody reports its end
                 with self._lock:
-                    self._stopping.discard(run_id)
+                    self._stopping.pop(run_id, None)
                 return state
         else:
             self._finish(run_id, None)
@@ -445,9 +450,10 @@ class Launcher:
             if not current.active or (current.pid, current.pid_started) != (state.pid, state.pid_started) or run_id in self._children:
                 return current
             # Stopped by us and seen gone here before stop() recorded it; stop() clears the mark.
+            params: dict[str, str] = {}
             if run_id in self._stopping:
-                final, reason = "stopped", "reason.stopped_by_user"
-            ended = self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params={}, ended_at=state.ended_at or time.time())
+                final, (reason, params) = "stopped", self._stopping[run_id]
+            ended = self.store.update(run_id, state=final, stop_reason=reason, stop_reason_params=dict(params), ended_at=state.ended_at or time.time())
         self.on_end(run_id)
         return ended
 

@@ -36,7 +36,7 @@ from backend.export.target import default_export_roots
 from backend.findings import Finding, has_problems
 from backend.notify import Notifier
 from backend.runs import RunNotFound, RunState, RunStore, artifacts
-from backend.runs.launcher import Launcher
+from backend.runs.launcher import STOPPED_BY_USER, Launcher
 from backend.service.chat_desk import ChatDesk
 from backend.service.data_desk import DEFAULT_MAX_UPLOAD_BYTES, DataDesk, default_data_roots
 from backend.service.decisions import RunDecisions
@@ -300,8 +300,8 @@ class RocBoard:
     def resume(self, run_id: str) -> StartResult:
         return self.run_manager.resume(run_id)
 
-    def stop(self, run_id: str) -> RunState:
-        return self.run_manager.stop(run_id)
+    def stop(self, run_id: str, reason: str = STOPPED_BY_USER, reason_params: dict[str, str] | None = None) -> RunState:
+        return self.run_manager.stop(run_id, reason, reason_params)
 
     def set_stop_on_nan(self, run_id: str, on: bool) -> None:
         self.run_manager.set_stop_on_nan(run_id, on)

@@ -30,7 +30,6 @@ from backend.service.run_manager import RunManager
 
 log = logging.getLogger(__name__)
 
-STOP_RECORD_WAIT_S = 10.0  # how long a stop on stall waits for the trainer's end to be recorded
 
 
 class RunDecisions:
@@ -113,14 +112,9 @@ class RunDecisions:
             seen = stall.message()
             self.notifier.send(RunEvent("run_stalled", state.id, state.state, seen.key, dict(seen.params), run_figures(self.manager.store, state), run_name=state.name))
         if stall is not None and self.health.stop_on_stall:
-            self.manager.stop(state.id)
-            # The trainer's end is recorded by the thread that waits on it, which may come after
-            # stop() returns: the reason is written over that record, not under it.
-            deadline = time.monotonic() + STOP_RECORD_WAIT_S
-            while self.manager.store.read(state.id).active and time.monotonic() < deadline:
-                time.sleep(0.05)
-            # A message id: the page renders it in its own language (view.stop_reason_text).
-            self.manager.store.update(state.id, stop_reason="reason.stopped_on_stall", stop_reason_params={"seconds": f"{stall.at - stall.since:.0f}"})
+            # A message id: the page renders it in its own language (view.stop_reason_text). The
+            # trainer's end is recorded with it by whichever thread sees the end.
+            self.manager.stop(state.id, "reason.stopped_on_stall", {"seconds": f"{stall.at - stall.since:.0f}"})
 
     def _announce_end(self, state: RunState) -> None:
         """Word of the run's end to the Notifier, once per end (a run resumed ends again)."""

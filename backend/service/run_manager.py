@@ -27,7 +27,7 @@ from backend.config.presets import HardwarePreset
 from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, attempt_fields, safe_files, starter_fields
-from backend.runs.launcher import Launcher, ProcessIdentity, stop_tree
+from backend.runs.launcher import STOPPED_BY_USER, Launcher, ProcessIdentity, stop_tree
 from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
@@ -730,24 +730,28 @@ class RunManager:
 
     # --- stop and the run's settings -------------------------------------------------
 
-    def stop(self, run_id: str) -> RunState:
+    def stop(self, run_id: str, reason: str = STOPPED_BY_USER, reason_params: dict[str, str] | None = None) -> RunState:
         """Stops a run: a local trainer (at most 10 s), a Slurm job (asked to stop and save;
-        cancelled if it does not), or a queued run (taken out of the queue)."""
+        cancelled if it does not), or a queued run (taken out of the queue). A local trainer's
+        end is recorded with `reason` (a reason.* id: the page renders it in its language)."""
         state = self.store.read(run_id)
         if state.state == "queued":
             self.cancel_queued(run_id)
             return self.store.read(run_id)
         if not state.local:
             return self.slurm.stop(run_id)
-        state = self.launcher.stop(run_id)
+        state = self.launcher.stop(run_id, reason, reason_params)
         self._unwatch_if(run_id)
         return state
 
     def stop_for_alert(self, run_id: str) -> RunState:
         """Stops a run whose loss or gradients diverged (its stop-on-NaN setting is on),
-        saying why in its state."""
-        self.stop(run_id)
-        # A message id: the page renders it in its own language (view.stop_reason_text).
+        saying why in its state: the end is recorded with that reason, never first as a
+        user's stop (a tab or a notifier reading in between would say the wrong thing)."""
+        state = self.stop(run_id, "reason.stopped_on_nan")
+        if state.local:
+            return state
+        # A Slurm job is asked to stop and settled later by its executor: said here, as before.
         return self.store.update(run_id, stop_reason="reason.stopped_on_nan", stop_reason_params={})
 
     def set_stop_on_nan(self, run_id: str, on: bool) -> None:

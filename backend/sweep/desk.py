@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,7 +31,6 @@ from backend.sweep.view import DEFAULT_METRIC, METRICS, Losing, SweepRow, best_r
 
 log = logging.getLogger(__name__)
 FOLLOW_INTERVAL_S = 2.0
-STOP_RECORD_WAIT_S = 10.0  # how long an early stop waits for the trainer's end to be recorded
 EARLY_STOP_MAX_EVALS = 1000
 EARLY_STOP_MAX_MARGIN = 10.0
 ENDED_STATES = frozenset({"finished", "failed", "stopped", "deleted"})
@@ -92,7 +90,7 @@ class Board(Protocol):
 
     def start(self, form: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "") -> Any: ...
 
-    def stop(self, run_id: str) -> RunState: ...
+    def stop(self, run_id: str, reason: str = ..., reason_params: dict[str, str] | None = None) -> RunState: ...
 
     def delete(self, run_id: str) -> list[Finding]: ...
 
@@ -350,14 +348,9 @@ class SweepDesk:
                 training.add(member.run_id)
         losing = losing_runs(evals, training, *record.early_stop)
         for item in losing:
-            self.board.stop(item.run_id)
-            # The trainer's end is recorded by the thread that waits on it, maybe after stop()
-            # returns: the reason is written over that record, not under it.
-            deadline = time.monotonic() + STOP_RECORD_WAIT_S
-            while self.board.store.read(item.run_id).active and time.monotonic() < deadline:
-                time.sleep(0.05)
-            params = {"step": item.step, "loss": f"{item.eval_loss:.4g}", "median": f"{item.median:.4g}"}
-            self.board.store.update(item.run_id, stop_reason="reason.sweep_losing", stop_reason_params=params)
+            # The trainer's end is recorded with this reason by whichever thread sees the end.
+            params = {"step": str(item.step), "loss": f"{item.eval_loss:.4g}", "median": f"{item.median:.4g}"}
+            self.board.stop(item.run_id, "reason.sweep_losing", params)
         return losing
 
     def close(self) -> None:
