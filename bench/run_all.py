@@ -36,6 +36,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("health", "9. GPU health alerts", "bench.bench_health"),
     ("validate", "10. The validation path: one GPU, N GPUs, a fault drill", "bench.bench_validate"),
     ("slots", "11. GPU slots: the queue's decision", "bench.bench_slots"),
+    ("node", "12. The node view with 8 runs live", "bench.bench_node"),
 )
 
 INTRO = """\
