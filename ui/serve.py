@@ -383,6 +383,8 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
     for state in board.live_runs():
         if not state.local:
             print(f"Re-attached to run {state.id} (Slurm job {state.job_id}, {state.state}).", file=sys.stderr)
+        elif active is not None and state.id != active.id:  # side by side: every trainer still here
+            print(f"Re-attached to run {state.id} ({state.state}).", file=sys.stderr)
     board.keep_queue()  # the next queued run starts when the one training here ends
     page = build_ui(board)
     page.queue(default_concurrency_limit=4)
