@@ -331,6 +331,21 @@ def edge_guard(**policy) -> Guard:
 
 
 @hostile
+def test_while_launching_only_gradios_own_startup_call_gets_in_without_a_login_and_once() -> None:
+    """launch() asks /gradio_api/startup-events itself once the server listens; a client on
+    this machine racing it (the whole suite's login test did, under load) must not get in."""
+    guard = edge_guard(login_required=True)
+
+    def startup(agent: bytes | None):
+        headers = [(b"host", b"127.0.0.1:7860")] + ([(b"user-agent", agent)] if agent else [])
+        return guard.refusal({"type": "http", "method": "GET", "path": "/gradio_api/startup-events", "headers": headers, "client": ("127.0.0.1", 50000)})
+
+    assert startup(b"Python-urllib/3.11").status == 401 and startup(None).status == 401
+    assert startup(b"python-httpx/0.28.1") is None  # Gradio's own call
+    assert startup(b"python-httpx/0.28.1").status == 401  # the window closed with it
+
+
+@hostile
 def test_a_content_length_over_the_cap_is_refused_before_the_app_reads_anything() -> None:
     status, _, body, read = run_guard(edge_guard(body_cap=1000), reading_app, headers=[(b"content-length", b"50000000")], chunks=(b"x" * 10,))
     assert status == 413 and read == [] and b"too large" in body

@@ -27,6 +27,7 @@ Send = Callable[[Message], Awaitable[None]]
 BODY_CAP = 4 * MIB
 # Gradio's launch() calls this on itself, without a login, before the page can be used.
 STARTUP_PATH = "/gradio_api/startup-events"
+GRADIO_STARTUP_AGENT = "python-httpx/"  # the user agent of launch()'s own startup call (gradio/blocks.py)
 
 
 @dataclass
@@ -157,8 +158,11 @@ class Guard:
             return Refusal(404, "Not found.\n")
         method = scope.get("method", "GET") if scope["type"] == "http" else "GET"
         if self.policy.login_required and not self.logged_in(scope) and not anonymous_allowed(method, path):
-            if not (self.launching and path == STARTUP_PATH and is_loopback_client(scope.get("client"))):
+            if not (self.launching and path == STARTUP_PATH and is_loopback_client(scope.get("client")) and (_header(scope, b"user-agent") or "").startswith(GRADIO_STARTUP_AGENT)):
                 return Refusal(401, "Login required.\n")
+            # Gradio's own call (launch() asks it once, with httpx, once the server listens): the
+            # window closes with it, so a client racing the launch is not let in before or after.
+            self.launching = False
         if scope["type"] == "http":
             length = _header(scope, b"content-length")
             if length is not None:
