@@ -62,6 +62,33 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", help="en or zh-CN (default: from LANG)")
 
 
+def _read_config(path: Path, err: TextIO) -> str | None:
+    """The training YAML's text (at most CONFIG_MAX_BYTES), or None with the reason on `err`."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(CONFIG_MAX_BYTES + 1)
+        if len(data) > CONFIG_MAX_BYTES:
+            raise ValueError(f"larger than {CONFIG_MAX_BYTES // 1024} KiB: not a training YAML")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        err.write(f"error: cannot read {path}: {error}\n")
+        return None
+
+
+def _preset_form(board: Any, preset_id: str, err: TextIO) -> tuple[str, Any, dict[str, Any]] | None:
+    """(preset id, preset, the form a YAML is loaded over: the schema's defaults and the
+    preset's values) for `preset_id` (empty: the schema's default preset), or None with the
+    reason on `err`."""
+    from backend.config import schema
+
+    preset_id = preset_id or schema.field("preset").default
+    preset = board.preset(preset_id)
+    if preset is None:
+        err.write(f"error: no preset {preset_id!r}; choose one of {', '.join(board.presets)}\n")
+        return None
+    return preset_id, preset, {**schema.form_defaults(), **schema.side_form_defaults(), **board.form_for_preset(preset_id), "preset": preset_id}
+
+
 def _options(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace | None, int]:
     """(the options, 0), or (None, the exit status) after --help or bad arguments (argparse
     has said why)."""
@@ -99,24 +126,14 @@ def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
     if options is None:
         return status
     locale = _locale(options.lang)
-    try:
-        with open(options.config, "rb") as handle:
-            data = handle.read(CONFIG_MAX_BYTES + 1)
-        if len(data) > CONFIG_MAX_BYTES:
-            raise ValueError(f"larger than {CONFIG_MAX_BYTES // 1024} KiB: not a training YAML")
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        err.write(f"error: cannot read {options.config}: {error}\n")
+    text = _read_config(options.config, err)
+    if text is None:
         return EXIT_USAGE
     board = _board(options.runs_dir)
-    from backend.config import schema
-
-    preset_id = options.preset or schema.field("preset").default
-    preset = board.preset(preset_id)
-    if preset is None:
-        err.write(f"error: no preset {preset_id!r}; choose one of {', '.join(board.presets)}\n")
+    started = _preset_form(board, options.preset, err)
+    if started is None:
         return EXIT_USAGE
-    current: dict[str, Any] = {**schema.form_defaults(), **schema.side_form_defaults(), **board.form_for_preset(preset_id), "preset": preset_id}
+    preset_id, preset, current = started
     if options.slurm:
         gpus = options.gpus_per_node if options.gpus_per_node is not None else (0 if preset.use_cpu else preset.devices_per_node)
         current.update(

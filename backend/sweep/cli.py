@@ -20,10 +20,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from backend.i18n import Message, translate
-from backend.runs_cli import CONFIG_MAX_BYTES, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options
+from backend.runs_cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options, _preset_form, _read_config
 from backend.sweep.status import print_view, values_text
 
 GIB = 1024**3
@@ -66,23 +66,14 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
     except SweepRefused as refused:
         err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
         return EXIT_REFUSED
-    try:
-        with open(options.config, "rb") as handle:
-            data = handle.read(CONFIG_MAX_BYTES + 1)
-        if len(data) > CONFIG_MAX_BYTES:
-            raise ValueError(f"larger than {CONFIG_MAX_BYTES // 1024} KiB: not a training YAML")
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        err.write(f"error: cannot read {options.config}: {error}\n")
+    text = _read_config(options.config, err)
+    if text is None:
         return EXIT_USAGE
     board = _board(options.runs_dir)
-    from backend.config import schema
-
-    preset_id = options.preset or schema.field("preset").default
-    if board.preset(preset_id) is None:
-        err.write(f"error: no preset {preset_id!r}; choose one of {', '.join(board.presets)}\n")
+    started = _preset_form(board, options.preset, err)
+    if started is None:
         return EXIT_USAGE
-    current: dict[str, Any] = {**schema.form_defaults(), **schema.side_form_defaults(), **board.form_for_preset(preset_id), "preset": preset_id}
+    preset_id, _, current = started
     load = board.load_into_form(text, preset_id, current)
     if not load.loaded or has_problems(load.findings):
         for finding in load.findings:
