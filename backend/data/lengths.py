@@ -111,24 +111,12 @@ def measure_lengths(
     `dataset_dir`/dataset_info.json) as LLaMA-Factory's preprocessing for `stage` builds them
     with the model's tokenizer and `template`, against `cutoff_len`. (report, findings): the
     report is None when it could not be measured, and the findings say why."""
-    if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
     if not isinstance(cutoff_len, int) or isinstance(cutoff_len, bool) or cutoff_len < 1:
         raise ValueError(f"cutoff_len must be a positive whole number, not {cutoff_len!r}")
-    if not isinstance(max_examples, int) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
-        raise ValueError(f"max_examples must be in 1..{MAX_EXAMPLES_LIMIT}, not {max_examples!r}")
     started = time.perf_counter()
-    refused = _refusal(model_path, template, dataset_dir, dataset)
+    request, refused = _worker_request(model_path, template, dataset_dir, dataset, stage, max_examples)
     if refused is not None:
         return None, [refused]
-    request = {
-        "model_path": os.path.abspath(model_path),
-        "template": template,
-        "dataset_dir": os.path.abspath(dataset_dir),
-        "dataset": dataset,
-        "stage": stage,
-        "max_examples": max_examples,
-    }
     try:
         answer = _ask_helper(request, timeout_s)
         if answer is None:
@@ -168,23 +156,11 @@ def fingerprint_dataset(
     `max_examples` of them, in the same helper process as measure_lengths. (None, findings)
     when it could not be computed. `helper_only`: only through the app's warm helper (a
     fork: no LLaMA-Factory import to pay), (None, []) when there is none."""
-    if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
-    if not isinstance(max_examples, int) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
-        raise ValueError(f"max_examples must be in 1..{MAX_EXAMPLES_LIMIT}, not {max_examples!r}")
     started = time.perf_counter()
-    refused = _refusal(model_path, template, dataset_dir, dataset)
+    request, refused = _worker_request(model_path, template, dataset_dir, dataset, stage, max_examples)
     if refused is not None:
         return None, [refused]
-    request = {
-        "model_path": os.path.abspath(model_path),
-        "template": template,
-        "dataset_dir": os.path.abspath(dataset_dir),
-        "dataset": dataset,
-        "stage": stage,
-        "max_examples": max_examples,
-        "cutoff_len": cutoff_len,
-    }
+    request["cutoff_len"] = cutoff_len
     try:
         answer = _ask_helper(request, timeout_s)
         if answer is None:
@@ -197,6 +173,28 @@ def fingerprint_dataset(
     if not answer.get("ok") or not isinstance(digest, str):
         return None, [_finding_from_error(answer.get("error") or {}, request, timeout_s)]
     return DataFingerprint(digest, int(answer.get("counted", 0)), round(time.perf_counter() - started, 3)), []
+
+
+def _worker_request(model_path: str, template: str, dataset_dir: str, dataset: str, stage: str, max_examples: int) -> tuple[dict[str, Any], Finding | None]:
+    """The lengths worker's request for these examples, or ({}, what refuses them before any
+    helper is asked). ValueError for arguments no
+    caller should pass (an unknown stage, max_examples out of bounds)."""
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
+    if not isinstance(max_examples, int) or not 1 <= max_examples <= MAX_EXAMPLES_LIMIT:
+        raise ValueError(f"max_examples must be in 1..{MAX_EXAMPLES_LIMIT}, not {max_examples!r}")
+    refused = _refusal(model_path, template, dataset_dir, dataset)
+    if refused is not None:
+        return {}, refused
+    request = {
+        "model_path": os.path.abspath(model_path),
+        "template": template,
+        "dataset_dir": os.path.abspath(dataset_dir),
+        "dataset": dataset,
+        "stage": stage,
+        "max_examples": max_examples,
+    }
+    return request, None
 
 
 def _refusal(model_path: str, template: str, dataset_dir: str, dataset: str) -> Finding | None:
