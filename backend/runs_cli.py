@@ -29,10 +29,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from backend.findings import Finding, has_problems
 from backend.i18n import translate
+
+if TYPE_CHECKING:
+    from backend.service import RocBoard
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 CONFIG_MAX_BYTES = 1024 * 1024  # a training YAML is a few kB
@@ -75,7 +78,7 @@ def _read_config(path: Path, err: TextIO) -> str | None:
         return None
 
 
-def _preset_form(board: Any, preset_id: str, err: TextIO) -> tuple[str, Any, dict[str, Any]] | None:
+def _preset_form(board: RocBoard, preset_id: str, err: TextIO) -> tuple[str, Any, dict[str, Any]] | None:
     """(preset id, preset, the form a YAML is loaded over: the schema's defaults and the
     preset's values) for `preset_id` (empty: the schema's default preset), or None with the
     reason on `err`."""
