@@ -3,6 +3,7 @@ directory and queue as the page, so the page sees a run made here at once, and t
 round.
 
     python app.py submit CONFIG.yaml [--preset NAME] [--name NAME] [--runs-dir runs]
+                         [--sysfs-root /sys] [--cpu-slots N]
                          [--slurm [--partition P] [--account A] [--nodes N] [--gpus-per-node G]
                                   [--cpus-per-task C] [--mem 64G] [--time HH:MM:SS] [--sbatch LINE]...]
     python app.py status [RUN_ID] [--json] [--runs-dir runs]
@@ -13,7 +14,12 @@ round.
 with its fix for one run. `submit` checks CONFIG.yaml as "Run this YAML as it is" does on the page (every key kept:
 the form's fields, the rest in Other keys), then starts the run here, queues it behind the
 run training here, or submits it to Slurm, and prints the run's id on stdout (what it did,
-and every finding, go to stderr). `status` lists the runs (or shows one) with Slurm's word on
+and every finding, go to stderr). A local run is placed as the app places it: while an app
+keeps this runs directory's queue, it is queued with the GPUs it asks for and that app starts
+it on its node within 2 s (the app's own node, and the app is then the trainer's parent: it
+samples and watches it, and sees its end at once); with no app, `submit` finds the node as the
+app does (the GPUs it sees under --sysfs-root, else --cpu-slots N) and starts the run on its
+own free GPUs, recorded in its launch.json, or queues it behind the runs holding them. `status` lists the runs (or shows one) with Slurm's word on
 each job that waits or runs. `stop` stops a run here, cancels a queued one, or asks a Slurm
 job to save and stop (cancelled 20 s later if it has not).
 
@@ -33,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from backend.findings import Finding, has_problems
 from backend.i18n import translate
+from backend.runs.gpu_slots import MAX_CPU_SLOTS
 
 if TYPE_CHECKING:
     from backend.service import RocBoard
@@ -109,6 +116,9 @@ def submit_parser() -> argparse.ArgumentParser:
     parser.add_argument("config", type=Path, help="the LLaMA-Factory training YAML")
     parser.add_argument("--preset", default="", help="hardware preset id (file stem in presets/), e.g. mi300x (default: the form's)")
     parser.add_argument("--name", default="", help="the run's name (default: the YAML's run_name, else the model's)")
+    node = parser.add_argument_group("this machine's GPUs (as `python app.py` finds them; used only while no app keeps the queue)")
+    node.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="read the GPUs from this tree instead of /sys (a fake tree for demos and tests)")
+    node.add_argument("--cpu-slots", type=int, default=1, metavar="N", help="on a machine without GPUs, how many local runs train at once (1 to 64; default 1)")
     slurm = parser.add_argument_group("Slurm")
     slurm.add_argument("--slurm", action="store_true", help="submit a Slurm batch job instead of running here")
     slurm.add_argument("--partition", default="", help="partition (default: the cluster's)")
@@ -129,6 +139,9 @@ def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
     if options is None:
         return status
     locale = _locale(options.lang)
+    if not 1 <= options.cpu_slots <= MAX_CPU_SLOTS:
+        err.write(f"error: --cpu-slots takes 1 to {MAX_CPU_SLOTS}; got {options.cpu_slots}\n")
+        return EXIT_USAGE
     text = _read_config(options.config, err)
     if text is None:
         return EXIT_USAGE
@@ -160,7 +173,13 @@ def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
             err.write(_finding_line(finding, locale) + "\n")
         err.write(f"refused: {options.config} has problems; nothing was created\n")
         return EXIT_REFUSED
-    result = board.start(values)
+    from backend.runs.gpu_slots import node_gpus
+
+    # The node as the app finds it (docs/runs.md "Side by side"); while an app keeps the queue,
+    # the run only joins it and that app starts it on its own node (it is the app's child).
+    board.set_node(node_gpus(options.sysfs_root, cpu_slot_count=options.cpu_slots))
+    app_keeps_queue = board.run_manager.queue_keeper_alive()
+    result = board.start(values, start_here=not app_keeps_queue)
     for finding in result.findings:
         err.write(_finding_line(finding, locale) + "\n")
     if result.run is None:
@@ -170,13 +189,17 @@ def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
     out.write(run.id + "\n")
     if run.state == "queued":
         position = board.run_manager.queue.position(run.id)
-        err.write(f"queued: number {position} in line on this machine; it starts when the run training here ends\n")
-        if not board.run_manager.queue_keeper_alive():
+        if app_keeps_queue:
+            err.write(f"queued: number {position} in line on this machine; the RocBoard app keeping this runs directory starts it when its GPUs are free\n")
+        else:
+            err.write(f"queued: number {position} in line on this machine; it starts when the GPUs it needs are free\n")
             err.write("note: no RocBoard app is running on this runs directory: the queue moves on while `python app.py` runs\n")
     elif run.executor == "slurm":
         err.write(f"submitted: Slurm job {run.job_id} ({translate('state.' + run.state, locale)})\n")
     else:
-        err.write(f"started: {translate('state.' + run.state, locale)} here (pid {run.pid})\n")
+        gpus = board.run_manager.gpus_of(run.id)
+        on = f" on {translate('runs.gpus', locale, gpus=','.join(map(str, gpus)))}" if gpus is not None else ""
+        err.write(f"started: {translate('state.' + run.state, locale)} here{on} (pid {run.pid})\n")
     return EXIT_OK
 
 

@@ -287,15 +287,16 @@ class RocBoard:
 
     # --- runs ---------------------------------------------------------------------------
 
-    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "") -> StartResult:
+    def start(self, form: Mapping[str, Any], stop_on_nan: bool = False, intent: str = "", start_here: bool = True) -> StartResult:
         """Checks the form and launches the trainer (queues it while a run trains here;
         submits it for Slurm); with any problem, creates nothing. `stop_on_nan` is saved with
         the run: the backend stops it when its loss diverges. `intent`: the form the Start
-        came from; the same intent twice makes one run (RunManager.start)."""
+        came from; the same intent twice makes one run (RunManager.start). `start_here`
+        False: a local run is only queued, for the app that keeps the queue to start."""
         checked = self.pipeline.check_for_start(form)
         if has_problems(checked.findings):
             return StartResult(None, checked.findings)
-        return self.run_manager.start(checked.config, checked.preset, checked.plan, checked.findings, stop_on_nan, checked.placement, intent)
+        return self.run_manager.start(checked.config, checked.preset, checked.plan, checked.findings, stop_on_nan, checked.placement, intent, start_here)
 
     def resume(self, run_id: str) -> StartResult:
         return self.run_manager.resume(run_id)

@@ -196,9 +196,14 @@ class RunManager:
         stop_on_nan: bool = False,
         placement: Placement | None = None,
         intent: str = "",
+        start_here: bool = True,
     ) -> StartResult:
         """Creates the run and launches its trainer here; queues it while another run trains
         here; submits it to Slurm for a Slurm placement.
+
+        `start_here` False (`app.py submit` while an app keeps this runs directory's queue): a
+        local run is only queued, with the GPUs it asks for, and that app's keeper starts it
+        on its node (so it is the app's child: sampled, watched, its end seen at once).
 
         `intent` names the form the Start came from (the page makes one each time it opens a
         form for a new run): a second Start with the same intent (a double-click, two racing
@@ -220,7 +225,7 @@ class RunManager:
                 if earlier is not None:
                     return StartResult(self.store.read(earlier), findings)
                 side = self._queue_side_by_side(config, plan, placement, findings, stop_on_nan, intent)
-            if side.run is not None:
+            if side.run is not None and start_here:
                 self.advance_queue()  # outside the lock (it takes it): starts the run if its GPUs are free
                 return StartResult(self.store.read(side.run.id), findings)
             return side
@@ -229,6 +234,12 @@ class RunManager:
             if earlier is not None:
                 return StartResult(self.store.read(earlier), findings)
             active = self.active_run()
+            if not start_here:
+                try:  # its ask recorded: the keeping app may put runs side by side
+                    queued = self._create(config, plan, placement, stop_on_nan, queued=True, gpus_asked=gpus_asked(plan))
+                except QueueFull:
+                    return StartResult(None, findings + [Finding.of("start", "queue-full")])
+                return self._remember(intent, StartResult(queued, findings))
             if active is None and not self.queue.queued():
                 return self._remember(intent, StartResult(self._create_and_launch(config, preset, plan, stop_on_nan), findings))
             try:
