@@ -234,3 +234,103 @@ def test_a_tab_asks_while_its_run_trains_and_stops_when_it_ends(chromium, server
         context.close()
         if stand_in.poll() is None:
             stand_in.kill()
+
+
+# The hidden buttons the watcher presses for a panel refresh, by Gradio component id.
+REFRESH_BUTTONS_JS = """() => (window.gradio_config?.components || [])
+  .filter(c => ['live-refresh', 'live-refresh-all'].includes(c.props?.elem_id)).map(c => c.id)"""
+
+
+def watcher_traffic(requests: list[tuple[float, str, str | None]], refresh_ids: list[int], since: float) -> tuple[list[str], list[str]]:
+    """(the watcher's questions, the panel refreshes it pressed) the page sent after `since`,
+    from what page.on("request") saw: a refresh is a Gradio event whose trigger is one of the
+    hidden refresh buttons."""
+    questions, refreshes = [], []
+    for at, url, body in list(requests):
+        if at < since:
+            continue
+        if "/rocboard/live?" in url:
+            questions.append(url)
+        elif ("/run/predict" in url or "/queue/join" in url) and body:
+            try:
+                trigger = json.loads(body).get("trigger_id")
+            except ValueError:
+                continue
+            if trigger in refresh_ids:
+                refreshes.append(url)
+    return questions, refreshes
+
+
+def chart_steps(page) -> int:
+    return page.evaluate("() => (document.querySelector('#loss-chart .js-plotly-plot')?.data?.[0]?.x || []).length")
+
+
+@pytest.mark.browser
+def test_a_tab_nobody_sees_asks_nothing_and_catches_up_when_shown(chromium, server):
+    """The watcher pauses while its panel is not shown (another tab of the page chosen, or the
+    browser tab in the background) and brings charts, bar and panel up to date when it is."""
+    from backend.i18n import translate
+
+    run_id, log, stand_in = fake_run(server.runs_dir, 5, active=True)
+    context = chromium.new_context(locale="en-US")
+    try:
+        page = context.new_page()
+        requests: list[tuple[float, str, str | None]] = []
+        # Playwright hands the events over while the test calls it: the test waits with
+        # page.wait_for_timeout, not time.sleep, so that each is seen when it is sent.
+        page.on("request", lambda request: requests.append((time.time(), request.url, request.post_data)))
+        page.goto(server.url)
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{run_id}\"][data-active=\"1\"]')", timeout=60_000)
+        page.wait_for_function("() => (document.querySelector('#loss-chart .js-plotly-plot')?.data?.[0]?.x || []).length === 5", timeout=60_000)
+        refresh_ids = page.evaluate(REFRESH_BUTTONS_JS)
+        assert len(refresh_ids) == 2
+
+        def grow(steps: range) -> None:
+            with open(log, "a", encoding="utf-8") as handle:
+                for step in steps:
+                    handle.write(trainer_log_line(step, 50))
+                    handle.flush()
+                    page.wait_for_timeout(1200)
+
+        # Shown, the run growing: the tab asks, and presses the refresh for each new point.
+        shown_from = time.time()
+        grow(range(6, 9))
+        wait_until(lambda: chart_steps(page) == 8, 30, interval=0.2, what="the chart's eighth step")
+        questions, refreshes = watcher_traffic(requests, refresh_ids, shown_from)
+        assert len(questions) >= 2 and refreshes  # the counting sees the watcher's work
+
+        # Another tab of the page: the run grows, nobody asks about it or refreshes its panel.
+        page.get_by_role("tab", name=translate("tab.runs", "en")).click()
+        page.wait_for_function("() => document.getElementById('loss-chart').getClientRects().length === 0", timeout=30_000)
+        hidden_from = time.time() + 1.5  # a question or refresh already on its way may land
+        page.wait_for_timeout(1500)
+        grow(range(9, 13))
+        page.wait_for_timeout(1500)
+        assert watcher_traffic(requests, refresh_ids, hidden_from) == ([], [])
+        assert chart_steps(page) == 8  # not redrawn while hidden
+
+        # Back on the Train tab: the charts, the bar and the panel catch up.
+        page.get_by_role("tab", name=translate("tab.train", "en")).click()
+        page.wait_for_function("() => (document.querySelector('#loss-chart .js-plotly-plot')?.data?.[0]?.x || []).length === 12", timeout=15_000)
+        step_words = translate("progress.step", "en", step=12, total=50)
+        page.wait_for_function(f"() => (document.querySelector('#progress .rb-progress-text')?.innerText || '').includes({json.dumps(step_words)})", timeout=15_000)
+        wait_until(lambda: watcher_traffic(requests, refresh_ids, hidden_from)[1], 15, interval=0.2, what="the panel's refresh on return")
+
+        # The browser tab in the background (document.hidden): the same. The run ends meanwhile.
+        page.evaluate("""() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+            document.dispatchEvent(new Event('visibilitychange')); }""")
+        hidden_from = time.time() + 1.5
+        page.wait_for_timeout(1500)
+        grow(range(13, 16))
+        stand_in.kill()
+        stand_in.wait()
+        page.wait_for_timeout(2500)
+        assert watcher_traffic(requests, refresh_ids, hidden_from) == ([], [])
+        assert page.locator(f'#live-state [data-run="{run_id}"][data-active="1"]').count() == 1  # nobody refreshed it
+        page.evaluate("""() => { delete document.hidden; document.dispatchEvent(new Event('visibilitychange')); }""")
+        page.wait_for_function("() => (document.querySelector('#loss-chart .js-plotly-plot')?.data?.[0]?.x || []).length === 15", timeout=15_000)
+        page.wait_for_function(f"() => document.querySelector('#live-state [data-run=\"{run_id}\"][data-active=\"0\"]')", timeout=15_000)
+    finally:
+        context.close()
+        if stand_in.poll() is None:
+            stand_in.kill()

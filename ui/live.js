@@ -6,6 +6,13 @@
 // The progress bar's words and width come with the charts, from the same reading, and are
 // put back whenever a panel refresh (a later or an earlier reading, on a busy server seconds
 // apart) rewrites them: the step it says is always the loss chart's last.
+// It pauses while nobody can see the panel: the Train tab not shown (another tab of the page
+// chosen: the charts have no layout box) or the browser tab in the background
+// (document.hidden). Each tick there was a question, a chart redraw and a Gradio event for a
+// panel nobody sees: with 8 runs live and the Runs tab open, the most of what the page and
+// the web process spent (BENCHMARKS.md section 12). When the panel shows again (a tab
+// switch: the chart's size changes; visibilitychange) it asks at once and brings the charts,
+// the bar and the panel up to date.
 (() => {
   if (window.rocboardLive) return;
   const settings = window.rocboardLiveSettings || {};
@@ -44,6 +51,14 @@
 
   function chartHost(name) {
     return document.querySelector("#" + CHARTS[name] + " .rb-chart");
+  }
+
+  // Whether anyone can see the panel: the browser tab in front and the Train tab chosen (a
+  // hidden tab panel is display: none, so its charts have no layout box).
+  function panelShown() {
+    if (document.hidden) return false;
+    const chart = document.getElementById(CHARTS.loss);
+    return !!chart && chart.getClientRects().length > 0;
   }
 
   const resized = new ResizeObserver((entries) => {
@@ -114,6 +129,7 @@
 
   async function tick() {
     observe();
+    if (!panelShown()) return; // nobody sees it: nothing asked, nothing pressed (see the top)
     const state = liveState();
     if (!state || asking || state.initial) return; // before the load event: see first()
     if (!state.run) {
@@ -146,7 +162,24 @@
     }
   }
 
+  // The panel shown again: a tab switch (the Train tab's panel gets its size back) or the
+  // browser tab brought to the front. Caught up at once, not at the next tick.
+  let shownBefore = false;
+  function onShown() {
+    const shown = panelShown();
+    if (shown && !shownBefore) setTimeout(tick, 0);
+    shownBefore = shown;
+  }
+  const panelSized = new ResizeObserver(onShown);
+  let watchedPanel = null; // the loss chart's element, whose size says whether its tab shows
+  document.addEventListener("visibilitychange", onShown);
+
   function observe() {
+    const chart = document.getElementById(CHARTS.loss);
+    if (chart && chart !== watchedPanel) {
+      watchedPanel = chart;
+      panelSized.observe(chart);
+    }
     const bar = document.querySelector("#progress");
     if (bar && bar !== watchedProgress) {
       watchedProgress = bar;

@@ -9,6 +9,13 @@ script draws with `Plotly.react` (plotly diffs them: only what changed is redraw
 only then does the script press the hidden `#live-refresh` button, the one Gradio event,
 for the rest of the panel (status, progress, buttons).
 
+It pauses while nobody can see the panel: the Train tab not shown (another tab of the page
+chosen) or the browser tab in the background (`document.hidden`). A tab left on the Runs tab
+with 8 runs live spent most of its CPU, and most of what it cost this process, on the hidden
+Train tab's questions, chart redraws and refresh events (BENCHMARKS.md section 12). When the
+panel shows again (a tab switch, visibilitychange) the script asks at once and the charts,
+the progress bar and the panel catch up.
+
 plotly.js is plotly's "basic" bundle (scatter, bar, pie: all the charts need), kept in
 ui/static/ (plotly.js-basic-dist-min 4.1.1, MIT, the version the plotly package ships): a
 browser evaluates it in ~0.25 s where the full bundle (4.8 MB, in the plotly package, the
