@@ -297,20 +297,21 @@ def summarize(result: dict[str, Any]) -> None:
 
 def why_lines(result: dict[str, Any]) -> list[str]:
     """Where the tab's cost goes, from the window's own counts: the panel's ticks (their
-    RocBoard part timed in-process) against the Train tab's watcher, which follows one of the
-    runs while the Runs tab shows."""
+    RocBoard part timed in-process) against the Train tab's watcher, hidden while the Runs tab
+    shows (ui/live.js pauses then: it should ask nothing and press nothing)."""
     live = result["windows"]["live_tab"]
     seconds = result["window_s"]
 
     def median_of(key: str, inner: str | None = None) -> float:
         return spread([(w[key][inner] if inner else w[key]) for w in live])["median"]
 
-    ticks, events, charts = median_of("requests", "node_ticks"), median_of("requests", "gradio_events"), median_of("hidden_chart_changes")
+    ticks, asked, events = median_of("requests", "node_ticks"), median_of("requests", "live_ticks"), median_of("requests", "gradio_events")
+    charts = median_of("hidden_chart_changes")
     panel_share = 100 * ticks * result["panel_ms"]["live_only"]["median"] / 1000 / seconds
     return [
-        f"  where it goes (live window, medians): {ticks:.0f} node-panel ticks ({seconds / ticks:.1f} s apart) whose RocBoard part is ~{panel_share:.2f} % of a core;"
-        f" {events:.0f} Gradio events and {charts:.0f} changes of the Train tab's hidden loss/memory charts: the Train tab's watcher follows one of the"
-        " live runs while the Runs tab shows, and each new sample (1 s) or log line redraws its charts. The no-tab baseline, the 8 runs'"
+        f"  where it goes (live window, medians): {ticks:.0f} node-panel ticks ({seconds / max(ticks, 1):.1f} s apart) whose RocBoard part is ~{panel_share:.2f} % of a core;"
+        f" from the hidden Train tab's watcher {asked:.0f} questions, {events:.0f} Gradio events and {charts:.0f} changes of its loss/memory charts"
+        " (it pauses while its tab is hidden: ui/live.js). The no-tab baseline, the 8 runs'"
         f" samplers and decision loops, is {result['web']['live_no_tab']['median']:.2f} % by itself"
     ]
 
