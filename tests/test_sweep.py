@@ -218,12 +218,25 @@ def test_a_bad_early_stop_is_refused(text):
     assert parse_early_stop("3,0.1") == (3, 0.1)
 
 
-def test_early_stop_from_the_command_line_needs_wait(tmp_path):
+def test_early_stop_from_the_command_line_needs_wait_or_an_app(tmp_path):
     from backend.sweep.cli import sweep_main
 
     err = io.StringIO()
     assert sweep_main(["missing.yaml", "--vary", "lora_rank=4,8", "--early-stop", "2,0.1", "--runs-dir", str(tmp_path / "runs")], io.StringIO(), err) == 1
     assert "add --wait" in err.getvalue()
+    # While an app keeps this runs directory, its queue keeper applies the rule: no --wait needed
+    # (the command goes on, to the missing file).
+    from backend.runs import RunStore
+    from backend.runs.queue import RunQueue
+
+    held = RunQueue(RunStore(tmp_path / "runs")).hold_keeper_lock()
+    assert held is not None
+    try:
+        err = io.StringIO()
+        assert sweep_main(["missing.yaml", "--vary", "lora_rank=4,8", "--early-stop", "2,0.1", "--runs-dir", str(tmp_path / "runs")], io.StringIO(), err) == 2
+        assert "add --wait" not in err.getvalue() and "missing.yaml" in err.getvalue()
+    finally:
+        os.close(held)
 
 
 def test_a_record_keeps_its_early_stop_rule(tmp_path):
@@ -235,3 +248,76 @@ def test_a_record_keeps_its_early_stop_rule(tmp_path):
     (tmp_path / "sweeps" / f"{sweep_id}.json").write_text(json.dumps({**data, "early_stop": [True, "x"]}))
     with pytest.raises(SweepNotFound):
         read_record(tmp_path, sweep_id)
+
+
+def _grown(added, axes_now=(("learning_rate", (1e-4, 2e-4)), ("lora_rank", (8,))), seeds=0, runs_now=2, taken=("demo-lr1e-4-r8", "demo-lr2e-4-r8")):
+    from backend.sweep.spec import expand_added
+
+    return expand_added(axes_now, seeds, added, demo_form(), "demo", taken, runs_now)
+
+
+def test_values_added_to_a_sweep_make_the_new_points_of_its_grid():
+    runs, axes = _grown((Axis("lora_rank", ("16", "32")),))
+    assert [run.name for run in runs] == ["demo-lr1e-4-r16", "demo-lr1e-4-r32", "demo-lr2e-4-r16", "demo-lr2e-4-r32"]
+    assert runs[0].form["lora_rank"] == 16 and runs[0].form["learning_rate"] == 1e-4 and runs[0].form["run_name"] == "demo-lr1e-4-r16"
+    assert dict(axes) == {"learning_rate": (1e-4, 2e-4), "lora_rank": (8, 16, 32)}
+    # With seeds, each new point gets every seed; names stay unique beside the sweep's own.
+    runs, _ = _grown((Axis("learning_rate", ("5e-4",)),), seeds=2, runs_now=4, taken=("demo-lr5e-4-r8-seed42",))
+    assert [run.name for run in runs] == ["demo-lr5e-4-r8-seed42-2", "demo-lr5e-4-r8-seed43"]
+
+
+@pytest.mark.parametrize(
+    ("added", "key", "english", "chinese"),
+    [
+        ((Axis("lora_rank", ("16", "8")),), "sweep.value-already-there", "LoRA rank has the value '8' in this sweep already", "已有取值"),
+        ((Axis("cutoff_len", ("64",)),), "sweep.add-field-not-varied", "is not varied by this sweep: values can be added to learning_rate, lora_rank", "不变化"),
+        ((Axis("lora_rank", tuple(str(r) for r in range(9, 41))),), "sweep.too-many-runs", "66 runs", "66 个运行"),
+        ((), "sweep.nothing-varies", "Nothing varies", "没有"),
+    ],
+)
+def test_values_that_cannot_be_added_are_refused_in_both_languages(added, key, english, chinese):
+    with pytest.raises(SweepRefused) as caught:
+        _grown(added)
+    message = caught.value.message
+    assert message.key == key
+    assert english in message.text("en"), message.text("en")
+    assert chinese in message.text("zh-CN"), message.text("zh-CN")
+    # A seeds-only sweep has no field to add values to.
+    with pytest.raises(SweepRefused) as caught:
+        _grown((Axis("lora_rank", ("16",)),), axes_now=(), seeds=4)
+    assert caught.value.message.key == "sweep.add-no-fields"
+
+
+def test_add_to_a_sweep_from_the_command_line(tmp_path):
+    """`sweep --add-to ID --vary ...`: the added runs and their cost (dry run: nothing made); an
+    unknown sweep, a value it has, and options that belong to a new sweep are refused."""
+    from backend.sweep.cli import sweep_main
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    sweep_id = new_sweep_id()
+    members = tuple(SweepMember(f"run-{r}", f"demo-r{r}", (("lora_rank", r),)) for r in (4, 8))
+    # The record keeps the values as they were given (the page's "4"), the refusal compares form values.
+    write_record(runs, SweepRecord(sweep_id, "demo", "2026-01-01T00:00:00+00:00", (("lora_rank", ("4", "8")),), 0, demo_form(), members))
+    out, err = io.StringIO(), io.StringIO()
+    assert sweep_main(["--add-to", sweep_id, "--vary", "lora_rank=16,32", "--dry-run", "--runs-dir", str(runs)], out, err) == 0, err.getvalue()
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("demo-r16: lora_rank=16; about ") and lines[1].startswith("demo-r32: lora_rank=32; about ")
+    assert lines[2].startswith("2 runs; ") and lines[3] == "dry run: nothing was queued."
+    assert out.getvalue() == "" and read_record(runs, sweep_id).runs == members
+    err = io.StringIO()
+    assert sweep_main(["--add-to", "sweep-20260101-000000-abcd", "--vary", "lora_rank=16", "--runs-dir", str(runs), "--lang", "zh-CN"], out, err) == 2
+    assert "没有扫描 sweep-20260101-000000-abcd" in err.getvalue()
+    err = io.StringIO()
+    assert sweep_main(["--add-to", sweep_id, "--vary", "lora_rank=16,8", "--runs-dir", str(runs)], out, err) == 1
+    assert "LoRA rank has the value '8' in this sweep already" in err.getvalue() and "Nothing was queued" in err.getvalue()
+    err = io.StringIO()
+    assert sweep_main(["--add-to", sweep_id, "--vary", "lora_rank=" + ",".join(map(str, range(9, 73))), "--runs-dir", str(runs), "--lang", "zh-CN"], out, err) == 1
+    assert "LoRA" in err.getvalue() and "66" in err.getvalue() and "没有排队任何运行" in err.getvalue(), err.getvalue()
+    err = io.StringIO()
+    assert sweep_main(["demo.yaml", "--add-to", sweep_id, "--vary", "lora_rank=16", "--runs-dir", str(runs)], out, err) == 2
+    assert "--add-to takes only --vary" in err.getvalue()
+    err = io.StringIO()
+    assert sweep_main(["--vary", "lora_rank=16", "--runs-dir", str(runs)], out, err) == 2
+    assert "name the training YAML" in err.getvalue()
+    assert out.getvalue() == "" and read_record(runs, sweep_id).runs == members

@@ -2,7 +2,8 @@
 form (its run count and cost before anything starts), a value its field refuses explained and
 nothing made, the sweep started from the page, its ranked table, and the best run opened on
 the Train tab. One run (the cheap case: the 2 x 2 grid and its ranking are
-tests/test_sweep_demo.py)."""
+tests/test_sweep_demo.py); then the best run opened on Chat, Evaluate and Export, and values added
+to the sweep planned (one it has refused)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,21 @@ def test_a_sweep_from_the_page_is_planned_started_ranked_and_its_best_run_opened
     # The best run, one click away: the Train tab shows it (Chat, Evaluate and Export offer it there).
     page.locator("#sweep-open-best").click()
     wait_for_text(page, "#form-mode", f"Settings of run {run['id']}")
+    # ... and on Chat, Evaluate and Export: each tab opens with the best run chosen there.
+    for tab_id, box in (("export", "export-run"), ("evaluate", "eval-run"), ("chat", "chat-run")):
+        page.get_by_role("tab", name=translate("tab.sweeps", "en")).click()
+        page.locator(f"#sweep-open-{tab_id}").click()
+        page.wait_for_function("([box, id]) => (document.querySelector(`#${box} input`)?.value ?? '').includes(id)", arg=[box, run["id"]], timeout=30_000, polling=250)
+        assert page.locator(f"#{box}").is_visible()
+    # Values added later: one the sweep has is refused; a new one is planned with its cost.
+    page.get_by_role("tab", name=translate("tab.sweeps", "en")).click()
+    fill(page, "sweep-add", "lora_rank=4")
+    page.locator("#sweep-add-plan").click()
+    refusal = wait_for_text(page, "#sweep-add-plan-box", "already")
+    assert "LoRA rank has the value '4' in this sweep already" in refusal and "Nothing was queued" in refusal
+    fill(page, "sweep-add", "lora_rank=8")
+    page.locator("#sweep-add-plan").click()
+    plan = wait_for_text(page, "#sweep-add-plan-box", "1 runs")
+    assert "pg-r8" in plan and "Nothing has started yet" in plan
+    assert run_ids(app_server) == before | {run["id"]}  # planned only: nothing made
+    assert_no_error(page, "the best run opened elsewhere, values added")

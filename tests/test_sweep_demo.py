@@ -100,9 +100,10 @@ def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_pat
         assert view.best_run_id == view.rows[0].run_id
         assert all(row.tokens_per_s and row.duration_s for row in view.rows)
         assert len(view.overlay["data"]) == 4
-        # Its end: recorded once, said once.
-        assert read_record(runs, record.id).finished_at is not None
+        # Its end: recorded once (by the app's queue keeper), said once.
+        wait_until(lambda: read_record(runs, record.id).finished_at is not None, 30, interval=0.5, what="the sweep's end recorded")
         desk.view(record.id)
+        board.sweeps.look_after()
         ends = [e for e in recorder.events if getattr(e, "kind", "") == "sweep_finished"]
         assert len(ends) == 1 and ends[0].sweep_id == record.id and ends[0].figures["best_run"] == view.best_run_id
 
@@ -112,11 +113,12 @@ def test_a_two_by_two_sweep_of_the_demo_ranks_its_runs_by_their_own_logs(tmp_pat
         assert [line.split()[1] for line in lines[1:5]] == [row.run_id for row in view.rows]
         assert lines[5] == f"best run: {view.best_run_id}"
 
-        # Runs added later (names unique beside the sweep's own), then the rest cancelled and
-        # the one running stopped: none of the sweep is left alive.
-        more = desk.add_runs(record.id, SweepSpec((Axis("lora_rank", ("4", "16")),), seeds=0))
+        # Runs added later: a value of the LoRA rank makes the grid's new points (one per learning
+        # rate), then the rest cancelled and the one running stopped: none of the sweep is left alive.
+        more = desk.add_runs(record.id, (Axis("lora_rank", ("16",)),))
         added = more.runs[4:]
-        assert [m.name for m in added] == ["sw-r4", "sw-r16"] and len(more.runs) == 6
+        assert [m.name for m in added] == ["sw-lr0.01-r16", "sw-lr1e-4-r16"] and len(more.runs) == 6
+        assert dict(more.axes)["lora_rank"] == (4, 8, 16)
         assert read_record(runs, record.id).finished_at is None
         cancelled = desk.cancel_rest(record.id)
         assert cancelled, "with one run here at a time, or two on the demo's one CPU slot, the second one waits"

@@ -59,7 +59,7 @@ def build_ui(board: RocBoard) -> gr.Blocks:
                     try_tabs[tab_id] = (tab, build(board, texts, locale_state, train, tabs, TRAIN_TAB_ID))
             # Prove a setup before a long training: one GPU, N GPUs, a fault drill (docs/validate.md).
             with texts.label(gr.Tab(texts("tab.sweeps"), id="sweeps", elem_id="tab-sweeps"), "tab.sweeps") as sweeps_tab:
-                sweeps = build_sweep_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+                sweeps = build_sweep_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID, {tab_id: wired for tab_id, (_, wired) in try_tabs.items()})
             with texts.label(gr.Tab(texts("tab.validate"), id="validate", elem_id="tab-validate"), "tab.validate") as validate_tab:
                 validate = build_validate_tab(board, texts, locale_state)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):

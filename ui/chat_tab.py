@@ -56,15 +56,17 @@ def build_chat_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     def side_visible(status) -> Any:
         return gr.update(visible=status.mode in ("side_by_side", "base") and status.state in ("loading", "ready"))
 
-    def refresh(locale: str):
+    def refresh(locale: str, wanted: str | None = None):
+        """The runs on disk now; `wanted` chosen when it is one of them (a sweep's best run,
+        opened from the Sweeps tab), else the run loaded, else the latest."""
         runs = desk.chattable_runs()
         choices = chat_view.run_choices(runs)
         status = desk.status()
         loaded = status.state in ("loading", "ready") and status.run_id in {run.id for run in runs}
-        chosen = status.run_id if loaded else (runs[0].id if runs else None)
+        chosen = wanted if wanted in {run.id for run in runs} else (status.run_id if loaded else (runs[0].id if runs else None))
         return (
             gr.update(choices=choices, value=chosen),
-            gr.update(choices=chat_view.checkpoint_choices(desk.checkpoints(chosen) if chosen else [], locale), value=status.checkpoint if loaded else ""),
+            gr.update(choices=chat_view.checkpoint_choices(desk.checkpoints(chosen) if chosen else [], locale), value=status.checkpoint if loaded and chosen == status.run_id else ""),
             chat_view.status_markdown(status, locale) if runs or status.state != "unloaded" else chat_view.error_text("chat.no_runs", None, locale),
             side_visible(status),
             gr.update(active=status.state in ("loading", "ready")),
@@ -142,4 +144,4 @@ def build_chat_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         return plot(chat_view.memory_chart(desk, locale)), gr.update(active=active), (chat_view.status_markdown(status, locale) if not active else gr.update())
 
     memory_timer.tick(tick, locale_state, [memory_plot, memory_timer, status_box], show_progress="hidden")
-    return {"refresh": refresh, "refresh_outputs": refresh_outputs}
+    return {"refresh": refresh, "refresh_outputs": refresh_outputs, "open": lambda run_id, locale: refresh(locale, run_id), "open_inputs": [], "open_outputs": refresh_outputs}

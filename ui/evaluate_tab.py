@@ -156,6 +156,10 @@ def build_evaluate_tab(board: RocBoard, texts: Texts, locale_state: Any, train: 
         "refresh": lambda locale, with_template: refresh(locale, None, None, with_template),
         "refresh_inputs": [locale_state, show_template],
         "refresh_outputs": refresh_outputs,
+        # A run opened from elsewhere (a sweep's best run): chosen here, its checkpoints and datasets offered.
+        "open": lambda run_id, locale, with_template: refresh(locale, run_id, None, with_template),
+        "open_inputs": [show_template],
+        "open_outputs": refresh_outputs,
         "run": run,
         "table": table,
         "status": status,

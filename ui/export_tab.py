@@ -122,11 +122,13 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
 
     cancel_button.click(on_cancel, locale_state, status, show_progress="hidden", queue=False)
 
-    def refresh(locale: str, run_id: str | None = None, checkpoint: str | None = None):
-        """The runs on disk now; the run chosen stays while it is there, else the latest is
-        chosen (its adapters and its default folder with it). The adapters' names in `locale`."""
+    def refresh(locale: str, run_id: str | None = None, checkpoint: str | None = None, wanted: str | None = None):
+        """The runs on disk now; `wanted` chosen when it is one of them (a sweep's best run,
+        opened from the Sweeps tab), else the run chosen stays while it is there, else the
+        latest is chosen (its adapters and its default folder with it). The adapters' names
+        in `locale`."""
         found = desk.runs()
-        chosen = run_id if run_id in found else (found[0] if found else None)
+        chosen = wanted if wanted in found else (run_id if run_id in found else (found[0] if found else None))
         adapters = checkpoint_choices(board, chosen, locale)
         kept = chosen == run_id and checkpoint in [value for _, value in adapters]
         available = desk.converter() is not None
@@ -149,6 +151,9 @@ def build_export_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
         "refresh": refresh,
         "refresh_inputs": refresh_inputs,
         "refresh_outputs": refresh_outputs,
+        "open": lambda wanted, locale, run_id, checkpoint: refresh(locale, run_id, checkpoint, wanted),
+        "open_inputs": [run_box, checkpoint_box],
+        "open_outputs": refresh_outputs,
         "run": run_box,
         "status": status,
         "download": download,

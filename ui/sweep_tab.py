@@ -10,16 +10,18 @@ from typing import Any
 import gradio as gr
 
 from backend.service import RocBoard
-from backend.sweep.page import metric_choices, plan_markdown, refusal_markdown, spec_from_page, view_markdown
+from backend.sweep.page import added_axes, metric_choices, not_found, pick_first, plan_markdown, refusal_markdown, spec_from_page, view_markdown
+from backend.sweep.record import SweepNotFound
 from backend.sweep.spec import MAX_FIELDS, SweepRefused
 from backend.sweep.view import DEFAULT_METRIC
 from ui.train_tab import ALL_FIELDS
 from ui.widgets import Texts, plot
 
 
-def build_sweep_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Any, tabs: Any, train_tab_id: str) -> dict[str, Any]:
+def build_sweep_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Any, tabs: Any, train_tab_id: str, try_tabs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Builds the tab; returns what the page wires further by name (`refresh`, `refresh_inputs`,
-    `refresh_outputs`: the tab's select event)."""
+    `refresh_outputs`: the tab's select event). `try_tabs`: tab id -> what the Chat, Evaluate
+    and Export tabs return (`open`, `open_inputs`, `open_outputs`: a run chosen there)."""
     desk = board.sweeps
     form_inputs = [train.fields[name] for name in ALL_FIELDS]
     texts.value(gr.Markdown(texts("sweep.tab.intro")), "sweep.tab.intro")
@@ -47,6 +49,14 @@ def build_sweep_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Any
         open_best = texts.value(gr.Button(texts("sweep.tab.open_best"), variant="primary", elem_id="sweep-open-best"), "sweep.tab.open_best")
         cancel_rest = texts.value(gr.Button(texts("sweep.tab.cancel_rest"), elem_id="sweep-cancel-rest"), "sweep.tab.cancel_rest")
         stop_all = texts.value(gr.Button(texts("sweep.tab.stop_all"), variant="stop", elem_id="sweep-stop-all"), "sweep.tab.stop_all")
+    with gr.Row():
+        open_labels = {"chat": "sweep.tab.open_chat", "evaluate": "sweep.tab.open_evaluate", "export": "sweep.tab.open_export"}
+        open_buttons = {tab_id: texts.value(gr.Button(texts(key), elem_id=f"sweep-open-{tab_id}"), key) for tab_id, key in open_labels.items()}
+    with gr.Row():
+        add_box = texts.label(gr.Textbox("", label=texts("sweep.tab.add"), placeholder="lora_rank=32", max_length=2048, elem_id="sweep-add", scale=3), "sweep.tab.add")
+        add_plan_button = texts.value(gr.Button(texts("sweep.tab.add_plan"), elem_id="sweep-add-plan", scale=1), "sweep.tab.add_plan")
+        add_button = texts.value(gr.Button(texts("sweep.tab.add_start"), elem_id="sweep-add-start", scale=1), "sweep.tab.add_start")
+    add_plan_box = gr.Markdown("", elem_id="sweep-add-plan-box")
 
     def form_of(values: tuple) -> dict[str, Any]:
         return dict(zip(ALL_FIELDS, values, strict=True))
@@ -97,12 +107,49 @@ def build_sweep_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Any
     stop_all.click(on_stop, [pick, metric, locale_state], view_outputs)
 
     def on_open(best_id: str, locale: str):
-        # The Train tab shows the best run (read-only): Chat, Evaluate and Export offer it there.
+        # The Train tab shows the best run (read-only); the buttons below open it on Chat, Evaluate, Export.
         if not best_id:
             return [gr.update(), *(gr.update() for _ in train.open_outputs)]
         return [gr.Tabs(selected=train_tab_id), *train.open_run(best_id, locale)]
 
     open_best.click(on_open, [best, locale_state], [tabs, *train.open_outputs])
+
+    def opener(tab_id: str, wired: dict[str, Any]):
+        # The best run chosen on that tab, as its own refresh chooses a run (with its checkpoints).
+        def on_open_there(best_id: str, locale: str, *extra: Any):
+            if not best_id:
+                return [gr.update(), *(gr.update() for _ in wired["open_outputs"])]
+            return [gr.Tabs(selected=tab_id), *wired["open"](best_id, locale, *extra)]
+
+        return on_open_there
+
+    for tab_id, button in open_buttons.items():
+        wired = try_tabs[tab_id]
+        button.click(opener(tab_id, wired), [best, locale_state, *wired["open_inputs"]], [tabs, *wired["open_outputs"]], show_progress="hidden")
+
+    def on_add_plan(sweep_id: str | None, text: str, locale: str) -> str:
+        try:
+            if not sweep_id:
+                raise pick_first()
+            return plan_markdown(desk.plan_added(sweep_id, added_axes(text)), locale)
+        except SweepNotFound:
+            return refusal_markdown(not_found(sweep_id), locale)
+        except SweepRefused as refused:
+            return refusal_markdown(refused, locale)
+
+    def on_add(sweep_id: str | None, text: str, metric_name: str, locale: str):
+        try:
+            if not sweep_id:
+                raise pick_first()
+            desk.add_runs(sweep_id, added_axes(text))
+        except SweepNotFound:
+            return refusal_markdown(not_found(sweep_id), locale), *show(None, metric_name, locale)
+        except SweepRefused as refused:
+            return refusal_markdown(refused, locale), *show(sweep_id, metric_name, locale)
+        return "", *show(sweep_id, metric_name, locale)
+
+    add_plan_button.click(on_add_plan, [pick, add_box, locale_state], add_plan_box)
+    add_button.click(on_add, [pick, add_box, metric, locale_state], [add_plan_box, *view_outputs], concurrency_limit=1)
 
     def refresh(locale: str):
         return gr.update(choices=desk.sweeps()), gr.update(choices=metric_choices(locale))

@@ -134,6 +134,8 @@ class RocBoard:
         self.validation = ValidationDesk(self, lambda: self.presets, self.active_run, export_dir=self.export_dir, slurm=self.run_manager.slurm.client.configured)
         # Sweeps (backend/sweep): a form's fields varied, each point a run through start() below.
         self.sweeps = SweepDesk(self)
+        # Their early stop and their end (said once) are the app's: its queue keeper looks after them.
+        self.run_manager.keeper_tasks.append(self.sweeps.look_after)
         self.helper: LlamaFactoryHelper | None = None
         if warm_helper:
             self.start_helper()

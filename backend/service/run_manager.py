@@ -90,6 +90,9 @@ class RunManager:
         # Called before any trainer (a training or an evaluation run) starts here: whatever
         # else holds the GPU for the user (the Chat tab's servers) lets go of it first.
         self.before_launch: list[Callable[[], None]] = []
+        # Looked after on each turn of the queue keeper as well (the facade adds the sweeps'
+        # early stop and ends): what the app does on its own, whoever started the runs.
+        self.keeper_tasks: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # start, resume and delete: one at a time
         self._watched: str | None = None  # the run the sampler samples
         self._last_seen: dict[str, RunState] = {}  # to stop a trainer whose run directory vanished
@@ -572,6 +575,11 @@ class RunManager:
                             self.follow_slurm_runs()
                     except Exception:
                         log.exception("the queue keeper failed")
+                    for task in list(self.keeper_tasks):
+                        try:
+                            task()
+                        except Exception:  # one task's trouble stops neither the queue nor the others
+                            log.exception("the queue keeper's task %s failed", getattr(task, "__qualname__", task))
             finally:
                 if held is not None:
                     os.close(held)

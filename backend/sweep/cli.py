@@ -2,13 +2,16 @@
 
     python app.py sweep CONFIG.yaml --vary learning_rate=1e-4,2e-4,5e-4 --vary lora_rank=8,16
                         [--seeds N] [--preset NAME] [--name NAME] [--metric final_loss]
-                        [--dry-run] [--runs-dir runs] [--lang zh-CN]
+                        [--early-stop K,MARGIN] [--wait] [--dry-run] [--runs-dir runs] [--lang zh-CN]
+    python app.py sweep --add-to ID --vary lora_rank=32 [--dry-run]
     python app.py status --sweep ID [--metric M] [--json] [--runs-dir runs]
 
 `sweep` reads CONFIG.yaml as `submit` does (the page's "Run this YAML as it is"), prints each
 run's name, values and cost (the VRAM estimate per device, the GPUs it asks for) and the
 totals, then, unless --dry-run, queues every run (or none) and prints the sweep's id on
-stdout. `status --sweep` prints its runs ranked by the metric, best first.
+stdout. `sweep --add-to ID` adds values to fields the sweep varies: the new points of its grid
+are said with their cost and queued the same way (their ids on stdout). `status --sweep`
+prints its runs ranked by the metric, best first.
 
 Exit status: 0 done; 1 refused (the message says why; nothing was queued); 2 bad arguments,
 an unreadable file, or no such sweep.
@@ -34,7 +37,8 @@ def sweep_parser() -> argparse.ArgumentParser:
     from backend.sweep.view import DEFAULT_METRIC, METRICS
 
     parser = argparse.ArgumentParser(prog="app.py sweep", description="Queue one run per point of a grid of values (or per seed) of a LLaMA-Factory YAML.")
-    parser.add_argument("config", help="the LLaMA-Factory training YAML")
+    parser.add_argument("config", nargs="?", default=None, help="the LLaMA-Factory training YAML (none with --add-to)")
+    parser.add_argument("--add-to", default="", metavar="ID", help="add runs to sweep ID: --vary names a field it varies and the values to add")
     parser.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2", help="a form field and its values (up to three --vary)")
     parser.add_argument("--seeds", type=int, default=0, help="N runs per point, seeds base, base+1, ...")
     parser.add_argument("--preset", default="", help="hardware preset id (default: the form's)")
@@ -57,14 +61,20 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
     from backend.sweep.desk import SweepStartRefused
     from backend.sweep.spec import SweepRefused, SweepSpec, parse_vary
 
+    if options.add_to:
+        return add_main(options, locale, out, err)
+    if options.config is None:
+        err.write(translate("sweep.cli.needs-config", locale) + "\n")
+        return EXIT_USAGE
     try:
         spec = SweepSpec(tuple(parse_vary(text) for text in options.vary), options.seeds)
         early_stop = parse_early_stop(options.early_stop) if options.early_stop else None
-        if early_stop is not None and not options.wait and not options.dry_run:
-            # The rule acts while a process follows the sweep: this one, only if it stays.
-            raise SweepRefused(Message("sweep.cli.early-stop-needs-wait"))
     except SweepRefused as refused:
         err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    if early_stop is not None and not options.wait and not options.dry_run and not _board(options.runs_dir).run_manager.queue_keeper_alive():
+        # The rule is applied by the app's queue keeper, or by this command if it stays.
+        err.write(translate("sweep.cli.refused", locale, reason=translate("sweep.cli.early-stop-needs-wait", locale)) + "\n")
         return EXIT_REFUSED
     text = _read_config(options.config, err)
     if text is None:
@@ -109,13 +119,64 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
     if options.wait:
         board.keep_queue()
         try:
-            while not desk.view(record.id).finished:
+            # Ended once its end is recorded (by this command's queue keeper, or an app's).
+            while desk.record(record.id).finished_at is None:
                 time.sleep(WAIT_INTERVAL_S)
         except KeyboardInterrupt:
             err.write(translate("sweep.cli.left", locale, id=record.id) + "\n")
             return EXIT_OK
         print_view(desk.view(record.id, options.metric, locale), locale, out)
         return EXIT_OK
+    if not board.run_manager.queue_keeper_alive():
+        err.write(translate("sweep.cli.no-keeper", locale) + "\n")
+    return EXIT_OK
+
+
+def add_main(options: argparse.Namespace, locale: str, out: TextIO, err: TextIO) -> int:
+    """`sweep --add-to ID --vary FIELD=V1,V2`: the runs the added values make, each with its
+    cost, then (unless --dry-run) started like the sweep's others; on stdout the new runs' ids."""
+    from backend.sweep.desk import SweepStartRefused
+    from backend.sweep.record import SweepNotFound
+    from backend.sweep.spec import SweepRefused, parse_vary
+
+    if options.config is not None or options.seeds or options.early_stop or options.preset or options.name:
+        err.write(translate("sweep.cli.add-options", locale) + "\n")
+        return EXIT_USAGE
+    board = _board(options.runs_dir)
+    desk = board.sweeps
+    try:
+        axes = tuple(parse_vary(text) for text in options.vary)
+        plan = desk.plan_added(options.add_to, axes)
+    except SweepNotFound:
+        err.write(translate("sweep.cli.not-found", locale, id=str(options.add_to)[:80]) + "\n")
+        return EXIT_USAGE
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    for cost in plan.costs:
+        err.write(translate("sweep.cli.run", locale, name=cost.name, values=values_text(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
+    err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
+    if options.dry_run:
+        err.write(translate("sweep.cli.dry-run", locale) + "\n")
+        return EXIT_OK
+    try:
+        before = len(desk.record(options.add_to).runs)
+        record = desk.add_runs(options.add_to, axes)
+    except SweepNotFound:
+        err.write(translate("sweep.cli.not-found", locale, id=str(options.add_to)[:80]) + "\n")
+        return EXIT_USAGE
+    except SweepStartRefused as refused:
+        for finding in refused.findings:
+            err.write(_finding_line(finding, locale) + "\n")
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    except SweepRefused as refused:
+        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+        return EXIT_REFUSED
+    added = record.runs[before:]
+    for member in added:
+        out.write(member.run_id + "\n")
+    err.write(translate("sweep.cli.added", locale, runs=len(added), id=record.id) + "\n")
     if not board.run_manager.queue_keeper_alive():
         err.write(translate("sweep.cli.no-keeper", locale) + "\n")
     return EXIT_OK
@@ -141,4 +202,4 @@ def main(argv: list[str]) -> int:
     return sweep_main(argv)
 
 
-__all__ = ["main", "parse_early_stop", "sweep_main", "sweep_parser"]
+__all__ = ["add_main", "main", "parse_early_stop", "sweep_main", "sweep_parser"]

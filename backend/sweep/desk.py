@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -25,12 +25,11 @@ from backend.config.presets import HardwarePreset
 from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.runs import RunState, RunStore
-from backend.sweep.record import SweepMember, SweepRecord, list_sweeps, new_sweep_id, now, read_record, write_record
-from backend.sweep.spec import Axis, SweepRefused, SweepRun, SweepSpec, expand, sanitize
+from backend.sweep.record import SweepMember, SweepNotFound, SweepRecord, list_sweeps, locked, new_sweep_id, now, read_record, record_times, write_record
+from backend.sweep.spec import Axis, SweepRefused, SweepRun, SweepSpec, expand, expand_added, sanitize, typed_axes
 from backend.sweep.view import DEFAULT_METRIC, METRICS, Losing, SweepRow, best_run, curve_figures, eval_points, losing_runs, rank
 
 log = logging.getLogger(__name__)
-FOLLOW_INTERVAL_S = 2.0
 EARLY_STOP_MAX_EVALS = 1000
 EARLY_STOP_MAX_MARGIN = 10.0
 ENDED_STATES = frozenset({"finished", "failed", "stopped", "deleted"})
@@ -120,6 +119,9 @@ class SweepDesk:
         self.board = board
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        # sweep id -> its record's mtime when it was seen ended: look_after skips it until the
+        # record changes (runs added to it, here or by another process)
+        self._ended: dict[str, int] = {}
 
     @property
     def root(self):
@@ -168,33 +170,40 @@ class SweepDesk:
             early_stop=early_stop,
         )
         try:
-            with self._lock:
+            with self._lock, locked(self.root):
                 write_record(self.root, record)
         except Exception:
             self._roll_back([m.run_id for m in members])
             raise
-        self.follow(sweep_id)
         return record
 
-    def add_runs(self, sweep_id: str, spec: SweepSpec, stop_on_nan: bool = False) -> SweepRecord:
-        """More runs for a sweep, over its own base form (names unique among its runs)."""
+    def plan_added(self, sweep_id: str, axes: Sequence[Axis]) -> SweepPlan:
+        """The runs adding `axes`' values to the sweep makes, and their cost; nothing is made.
+        SweepNotFound for no such sweep; SweepRefused for a field it does not vary, a value
+        it has already, or more than MAX_RUNS runs in all."""
         record = read_record(self.root, sweep_id)
-        runs = expand(spec, record.base_form, record.name, tuple(m.name for m in record.runs))
-        if len(record.runs) + len(runs) > _max_runs():
-            raise SweepRefused(Message("sweep.too-many-runs", count=len(record.runs) + len(runs), limit=_max_runs()))
+        runs, _ = expand_added(record.axes, record.seeds, tuple(axes), record.base_form, record.name, tuple(m.name for m in record.runs), len(record.runs))
+        return SweepPlan(tuple(runs), tuple(self._cost(run) for run in runs))
+
+    def add_runs(self, sweep_id: str, axes: Sequence[Axis], stop_on_nan: bool = False) -> SweepRecord:
+        """Values added to fields the sweep varies: the grid's new points started like the
+        others, over the sweep's own base form (names unique among its runs), or none of them
+        (the refusals of plan_added)."""
+        record = read_record(self.root, sweep_id)
+        runs, grown = expand_added(record.axes, record.seeds, tuple(axes), record.base_form, record.name, tuple(m.name for m in record.runs), len(record.runs))
         members = self._start_all(sweep_id, runs, stop_on_nan)
-        with self._lock:
+        with self._lock, locked(self.root):
             record = read_record(self.root, sweep_id)
-            axes = dict(record.axes)
-            for axis in spec.axes:
-                axes[axis.field] = tuple(dict.fromkeys((*axes.get(axis.field, ()), *axis.values)))
-            updated = replace(record, axes=tuple(axes.items()), seeds=max(record.seeds, spec.seeds), runs=(*record.runs, *members), finished_at=None)
+            # The grid grown, its values as form values (values another process added meanwhile kept).
+            axes_after = dict(typed_axes(record.axes, record.base_form))
+            for field, values in grown:
+                axes_after[field] = tuple(dict.fromkeys((*axes_after.get(field, ()), *values)))
+            updated = replace(record, axes=tuple(axes_after.items()), runs=(*record.runs, *members), finished_at=None)
             try:
                 write_record(self.root, updated)
             except Exception:
                 self._roll_back([m.run_id for m in members])
                 raise
-        self.follow(sweep_id)
         return updated
 
     def _start_all(self, sweep_id: str, runs: list[SweepRun], stop_on_nan: bool) -> list[SweepMember]:
@@ -280,17 +289,17 @@ class SweepDesk:
         ranked = rank(rows, metric)
         finished = bool(rows) and all(row.state in ENDED_STATES for row in rows)
         best = best_run(ranked, metric)
-        if finished and record.finished_at is None:
-            self._finished(record, best, metric, ranked)
         overlay = overlay_figure(self.board.store, [row.run_id for row in ranked if row.state != "deleted"], locale=locale)
         return SweepView(record, metric, tuple(ranked), best, finished, overlay)
 
     def _finished(self, record: SweepRecord, best: str, metric: str, ranked: list[SweepRow]) -> None:
-        """Its last run has ended: recorded once, and said (the notifier, where there is one)."""
-        with self._lock:
+        """Its last run has ended: recorded once, and said (the notifier, where there is one).
+        Only look_after (an app's queue keeper, or `app.py sweep --wait`'s) calls it: a view
+        (`app.py status --sweep`, a command with no webhook) never takes the word from the app."""
+        with self._lock, locked(self.root):
             current = read_record(self.root, record.id)
             if current.finished_at is not None:
-                return
+                return  # recorded (and said) already, by this process or another
             write_record(self.root, replace(current, finished_at=now()))
         # backend/notify (issue 30 section 3) may not be there yet: looked up, not imported.
         notifier = getattr(self.board, "notifier", None)
@@ -306,25 +315,45 @@ class SweepDesk:
         except Exception:  # a notice never breaks the sweep
             log.exception("telling that sweep %s ended", record.id)
 
-    def follow(self, sweep_id: str, interval_s: float = FOLLOW_INTERVAL_S) -> threading.Thread:
-        """Looks at the sweep every `interval_s` on a thread of its own until its last run has
-        ended (then its end is recorded and said, once): the process that made the sweep
-        tells of its end with no tab open. A sweep made by `app.py sweep` (a process that
-        exits at once) is told of when `app.py status --sweep` or a view first sees it ended."""
-
-        def loop() -> None:
-            while not self._closed.wait(interval_s):
-                try:
+    def look_after(self) -> None:
+        """One look at every sweep not yet ended, whoever made it (the page, `app.py sweep` in
+        another shell): its early-stop rule applied, and its end, once every run has ended,
+        recorded and said, once (the record's finished_at, under the sweeps' lock, keeps a
+        restarted app or a second process from saying it again). The app's queue keeper calls
+        it on each of its turns (RocBoard.keep_queue), so no tab and no waiting command is
+        needed."""
+        if self._closed.is_set():
+            return
+        for sweep_id, changed in record_times(self.root).items():
+            if self._ended.get(sweep_id) == changed:
+                continue
+            try:
+                record = read_record(self.root, sweep_id)
+                if record.finished_at is None:
                     self.stop_losing(sweep_id)
-                    if self.view(sweep_id).finished:
-                        return
-                except Exception:  # the record gone, the runs dir unreadable: nothing to follow
-                    log.exception("following sweep %s", sweep_id)
-                    return
+                    if not self._all_ended(record):
+                        continue
+                    shown = self.view(sweep_id)
+                    if not shown.finished:
+                        continue
+                    self._finished(shown.record, shown.best_run_id, shown.metric, list(shown.rows))
+                    changed = record_times(self.root).get(sweep_id, changed)  # its record was just written
+                self._ended[sweep_id] = changed
+            except SweepNotFound:
+                continue
+            except Exception:  # one sweep's trouble does not keep the others from being looked after
+                log.exception("looking after sweep %s", sweep_id)
 
-        thread = threading.Thread(target=loop, daemon=True, name=f"sweep-{sweep_id[-4:]}")
-        thread.start()
-        return thread
+    def _all_ended(self, record: SweepRecord) -> bool:
+        from backend.runs import RunNotFound
+
+        for member in record.runs:
+            try:
+                if self.board.run_manager.refresh(member.run_id).state not in ENDED_STATES:
+                    return False
+            except RunNotFound:
+                continue
+        return bool(record.runs)
 
     def stop_losing(self, sweep_id: str) -> list[Losing]:
         """Stops the sweep's clearly losing runs (its early-stop rule, when it has one), each

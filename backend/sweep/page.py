@@ -9,7 +9,7 @@ from typing import Any
 
 from backend.i18n import Message, translate
 from backend.sweep.desk import SweepPlan, SweepView
-from backend.sweep.spec import MAX_FIELDS, SweepRefused, SweepSpec, parse_vary, value_tag
+from backend.sweep.spec import MAX_FIELDS, Axis, SweepRefused, SweepSpec, parse_vary, value_tag
 from backend.sweep.view import METRICS
 from backend.view import code_span, escape_markdown
 
@@ -37,6 +37,19 @@ def spec_from_page(lines: Sequence[Any], seeds: Any) -> SweepSpec:
         except (ValueError, OverflowError):
             raise SweepRefused(Message("sweep.seeds-range", seeds=text[:SEEDS_BOX_MAX_CHARS], limit=64)) from None
     return SweepSpec(axes, count)
+
+
+def added_axes(text: Any) -> tuple[Axis, ...]:
+    """The values typed to add to a sweep (`field=v1,v2`; empty: none, which the desk refuses)."""
+    return (parse_vary(text),) if isinstance(text, str) and text.strip() else ()
+
+
+def pick_first() -> SweepRefused:
+    return SweepRefused(Message("sweep.tab.pick_first"))
+
+
+def not_found(sweep_id: Any) -> SweepRefused:
+    return SweepRefused(Message("sweep.not-found", id=str(sweep_id)[:80]))
 
 
 def _values(values: Sequence[tuple[str, Any]]) -> str:
@@ -87,4 +100,4 @@ def view_markdown(view: SweepView, locale: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["metric_choices", "plan_markdown", "refusal_markdown", "spec_from_page", "view_markdown"]
+__all__ = ["added_axes", "metric_choices", "not_found", "pick_first", "plan_markdown", "refusal_markdown", "spec_from_page", "view_markdown"]

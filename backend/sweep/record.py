@@ -9,10 +9,14 @@ state is in their run directories; the record never repeats it.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,6 +140,16 @@ def read_record(root: Path, sweep_id: str) -> SweepRecord:
         raise SweepNotFound(sweep_id) from error
 
 
+def record_times(root: Path) -> dict[str, int]:
+    """Each recorded sweep's id -> its record's mtime (ns): what changed since a last look."""
+    try:
+        entries = safe_files.list_dir(root, SWEEPS_DIR)
+    except OSError:
+        return {}
+    stamps = {name[: -len(".json")]: stat.st_mtime_ns for name, stat in entries if name.endswith(".json")}
+    return {sweep_id: stamp for sweep_id, stamp in stamps.items() if valid_id(sweep_id)}
+
+
 def list_sweeps(root: Path) -> list[str]:
     """The ids of the sweeps recorded under `root`, newest first."""
     try:
@@ -146,8 +160,22 @@ def list_sweeps(root: Path) -> list[str]:
     return sorted((i for i in ids if valid_id(i)), reverse=True)
 
 
+@contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Held while a record is read, changed and written back, across processes (the app, `app.py
+    sweep --wait`, a second app on the same runs directory): an flock of the sweeps folder
+    itself, so a sweep's end is recorded (and said) once."""
+    safe_files.make_dir(root, SWEEPS_DIR)
+    fd = safe_files.open_dir_in_run(root, SWEEPS_DIR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def now() -> float:
     return time.time()
 
 
-__all__ = ["SWEEPS_DIR", "SweepMember", "SweepNotFound", "SweepRecord", "list_sweeps", "new_sweep_id", "read_record", "valid_id", "write_record"]
+__all__ = ["SWEEPS_DIR", "SweepMember", "SweepNotFound", "SweepRecord", "list_sweeps", "locked", "new_sweep_id", "read_record", "record_times", "valid_id", "write_record"]

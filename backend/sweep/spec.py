@@ -134,8 +134,9 @@ def sweepable_fields() -> tuple[str, ...]:
     return tuple(f.name for f in schema.run_fields() if f.kind in SWEEPABLE_KINDS and f.name not in NOT_SWEPT)
 
 
-def typed_values(axis: Axis, base_form: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The axis's values as form values, each read by its field's own parser and bounds."""
+def typed_values(axis: Axis, base_form: Mapping[str, Any], distinct: bool = True) -> tuple[Any, ...]:
+    """The axis's values as form values, each read by its field's own parser and bounds
+    (SweepRefused for a value given twice, unless not `distinct`)."""
     known = {f.name: f for f in schema.run_fields()}
     form_field = known.get(axis.field)
     if form_field is None or axis.field not in sweepable_fields():
@@ -149,7 +150,7 @@ def typed_values(axis: Axis, base_form: Mapping[str, Any]) -> tuple[Any, ...]:
         if own:
             raise SweepRefused(Message("sweep.bad-value", field=field_noun(axis.field), value=shown(raw), problem=_problem(own[0])))
         value = form_value(form_field, config.value(axis.field))
-        if value in typed:
+        if distinct and value in typed:
             raise SweepRefused(Message("sweep.duplicate-value", field=field_noun(axis.field), value=shown(raw)))
         typed.append(value)
     return tuple(typed)
@@ -193,13 +194,25 @@ def expand(spec: SweepSpec, base_form: Mapping[str, Any], prefix: str = "", take
     check_counts(spec)
     axes = [(axis.field, typed_values(axis, base_form)) for axis in spec.axes]
     if spec.seeds:
-        config, _ = parse_form(base_form)
-        base_seed = int(config.value("seed"))
-        axes.append(("seed", tuple((base_seed + i) % (schema.SEED_MAX + 1) for i in range(spec.seeds))))
+        axes.append(_seed_axis(base_form, spec.seeds))
+    return _grid(axes, base_form, prefix, taken)
+
+
+def _seed_axis(base_form: Mapping[str, Any], seeds: int) -> tuple[str, tuple[int, ...]]:
+    config, _ = parse_form(base_form)
+    base_seed = int(config.value("seed"))
+    return ("seed", tuple((base_seed + i) % (schema.SEED_MAX + 1) for i in range(seeds)))
+
+
+def _grid(axes: Sequence[tuple[str, tuple[Any, ...]]], base_form: Mapping[str, Any], prefix: str, taken: Sequence[str], new: Mapping[str, tuple[Any, ...]] | None = None) -> list[SweepRun]:
+    """The runs of the grid of `axes` (typed values), each named by its values and unique
+    among themselves and `taken`; with `new`, only the points holding one of its values."""
     names = {name: None for name in taken}
     runs: list[SweepRun] = []
     for point in itertools.product(*(values for _, values in axes)):
         values = tuple(zip((name for name, _ in axes), point, strict=True))
+        if new is not None and not any(value in new.get(field, ()) for field, value in values):
+            continue
         name = base = run_name(prefix, values)
         n = 1
         while name in names:
@@ -208,6 +221,49 @@ def expand(spec: SweepSpec, base_form: Mapping[str, Any], prefix: str = "", take
         names[name] = None
         runs.append(SweepRun(name, values, {**base_form, **dict(values), "run_name": name}))
     return runs
+
+
+def typed_axes(axes: Sequence[tuple[str, Sequence[Any]]], base_form: Mapping[str, Any]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """A record's axes with their values as form values (a record keeps them as they were
+    given: "4" from a box, 4 from an earlier addition)."""
+    return tuple((field, tuple(dict.fromkeys(typed_values(Axis(field, tuple(values)), base_form, distinct=False)))) for field, values in axes)
+
+
+def expand_added(
+    axes_now: Sequence[tuple[str, tuple[Any, ...]]], seeds: int, added: Sequence[Axis], base_form: Mapping[str, Any], prefix: str = "", taken: Sequence[str] = (), runs_now: int = 0
+) -> tuple[list[SweepRun], tuple[tuple[str, tuple[Any, ...]], ...]]:
+    """Values added to fields a sweep varies (`axes_now`, its values as typed; `seeds` per
+    point): the runs that makes (every point of the grid grown by the added values that holds
+    one of them, names unique beside `taken`) and the sweep's axes after. SweepRefused, before
+    anything is made, for a field the sweep does not vary, a value it has already, or a sweep
+    that would grow past MAX_RUNS (`runs_now`: the runs it has)."""
+    varied = dict(typed_axes(axes_now, base_form))
+    if not varied:
+        raise SweepRefused(Message("sweep.add-no-fields"))
+    if not added:
+        raise SweepRefused(Message("sweep.nothing-varies"))
+    check_counts(SweepSpec(tuple(added), 0))
+    for axis in added:
+        if axis.field not in varied:
+            raise SweepRefused(Message("sweep.add-field-not-varied", field=_noun(axis.field), fields=", ".join(varied)))
+    grown = dict(varied)
+    for axis in added:
+        if len(varied[axis.field]) + len(axis.values) > MAX_VALUES:
+            raise SweepRefused(Message("sweep.too-many-values", field=_noun(axis.field), count=len(varied[axis.field]) + len(axis.values), limit=MAX_VALUES))
+        typed = typed_values(axis, base_form)
+        for raw, value in zip(axis.values, typed, strict=True):
+            if value in varied[axis.field]:
+                raise SweepRefused(Message("sweep.value-already-there", field=field_noun(axis.field), value=shown(raw)))
+        grown[axis.field] = (*varied[axis.field], *typed)
+    count = math.prod(len(values) for values in grown.values()) * max(1, seeds)
+    new_count = count - math.prod(len(values) for values in varied.values()) * max(1, seeds)
+    if count > MAX_RUNS or runs_now + new_count > MAX_RUNS:
+        raise SweepRefused(Message("sweep.too-many-runs", count=max(count, runs_now + new_count), limit=MAX_RUNS))
+    axes = list(grown.items())
+    if seeds:
+        axes.append(_seed_axis(base_form, seeds))
+    fresh = {field: tuple(value for value in values if value not in varied[field]) for field, values in grown.items()}
+    return _grid(axes, base_form, prefix, taken, fresh), tuple(grown.items())
 
 
 __all__ = [
@@ -219,10 +275,12 @@ __all__ = [
     "SweepSpec",
     "check_counts",
     "expand",
+    "expand_added",
     "parse_vary",
     "run_name",
     "sanitize",
     "sweepable_fields",
+    "typed_axes",
     "typed_values",
     "value_tag",
 ]
