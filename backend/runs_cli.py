@@ -3,7 +3,7 @@ directory and queue as the page, so the page sees a run made here at once, and t
 round.
 
     python app.py submit CONFIG.yaml [--preset NAME] [--name NAME] [--runs-dir runs]
-                         [--sysfs-root /sys] [--cpu-slots N]
+                         [--gpus 0,1] [--sysfs-root /sys] [--cpu-slots N]
                          [--slurm [--partition P] [--account A] [--nodes N] [--gpus-per-node G]
                                   [--cpus-per-task C] [--mem 64G] [--time HH:MM:SS] [--sbatch LINE]...]
     python app.py status [RUN_ID] [--json] [--runs-dir runs]
@@ -117,6 +117,7 @@ def submit_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="", help="hardware preset id (file stem in presets/), e.g. mi300x (default: the form's)")
     parser.add_argument("--name", default="", help="the run's name (default: the YAML's run_name, else the model's)")
     node = parser.add_argument_group("this machine's GPUs (as `python app.py` finds them; used only while no app keeps the queue)")
+    node.add_argument("--gpus", default="", metavar="LIST", help="the GPUs the run asks for by index, e.g. 0,1 (the form's \"GPUs on this machine\"; default: free ones the node picks)")
     node.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="read the GPUs from this tree instead of /sys (a fake tree for demos and tests)")
     node.add_argument("--cpu-slots", type=int, default=1, metavar="N", help="on a machine without GPUs, how many local runs train at once (1 to 64; default 1)")
     slurm = parser.add_argument_group("Slurm")
@@ -165,6 +166,8 @@ def submit_main(argv: list[str], out: TextIO | None = None, err: TextIO | None =
         )
     load = board.load_into_form(text, preset_id, current)
     values = dict(load.values)
+    if options.gpus:
+        values["local_gpus"] = options.gpus  # checked by start() as the form's field is
     if options.name:
         values["run_name"] = options.name
     findings = list(load.findings)

@@ -24,8 +24,10 @@ ALL_FIELDS = tuple(f.name for f in schema.page_fields())
 FIELD_IDS = schema.element_ids()
 # The accordions the schema's sections go into, and whether each starts open.
 SECTIONS_OPEN = {"": True, "method": False, "training": True, "multi_gpu": False, "other_keys": False, "placement": False}
-# The Slurm fields show only while "Run on" says Slurm (backend/config/schema.py PLACEMENT_FIELDS).
-SLURM_FIELDS = tuple(f.name for f in schema.placement_fields() if f.name != "run_on")
+# The Slurm fields show only while "Run on" says Slurm, this machine's (local_gpus) only while it
+# says this machine (backend/config/schema.py PLACEMENT_FIELDS: slurm_ and local_ prefixes).
+SLURM_FIELDS = tuple(f.name for f in schema.placement_fields() if f.name.startswith("slurm_"))
+LOCAL_FIELDS = tuple(f.name for f in schema.placement_fields() if f.name.startswith("local_"))
 WIDGETS: dict[str, tuple[type, dict[str, Any]]] = {
     "textbox": (gr.Textbox, {}),
     "lines": (gr.Textbox, {"lines": 3}),
@@ -211,7 +213,7 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
                 choices={"preset": board.preset_choices(), "run_on": view.run_on_choices()},
                 after={"preset": notes, "dataset": pick},
                 interactive=False,
-                hidden=SLURM_FIELDS if defaults.get("run_on") != "slurm" else (),
+                hidden=SLURM_FIELDS if defaults.get("run_on") != "slurm" else LOCAL_FIELDS,
             )
             preset_notes = shown["notes"]
             dataset_pick = shown["pick"]
@@ -414,11 +416,12 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
     # .input, not .change: filling the form must not re-fire when the value is set by code.
     fields["preset"].input(on_preset, fields["preset"], form_inputs, show_progress="hidden")
 
-    # The Slurm fields follow "Run on" however it is set (typed, a run opened, an import).
+    # The Slurm fields (and this machine's) follow "Run on" however it is set (typed, a run
+    # opened, an import).
     fields["run_on"].change(
-        lambda run_on: [gr.update(visible=run_on == "slurm") for _ in SLURM_FIELDS],
+        lambda run_on: [gr.update(visible=run_on == "slurm") for _ in SLURM_FIELDS] + [gr.update(visible=run_on != "slurm") for _ in LOCAL_FIELDS],
         fields["run_on"],
-        [fields[name] for name in SLURM_FIELDS],
+        [fields[name] for name in (*SLURM_FIELDS, *LOCAL_FIELDS)],
         show_progress="hidden",
     )
 

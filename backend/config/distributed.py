@@ -94,6 +94,16 @@ class DistributedPlan:
         return self.nnodes > 1
 
 
+def gpus_asked(plan: DistributedPlan | None) -> int:
+    """How many GPUs (slots) a local run asks for side by side: its plan's GPU count; one for
+    a run without a plan or on the CPU (its workers share its one slot). The plan's list is a
+    count here: the node's allocator picks which GPUs (backend/runs/gpu_slots.py), unless the
+    run names them (the placement's `local_gpus`, which must be as many)."""
+    if plan is None or plan.on_cpu or not plan.gpus:
+        return 1
+    return len(plan.gpus)
+
+
 # --- the form boundary ----------------------------------------------------------------------
 
 
@@ -618,6 +628,7 @@ __all__ = [
     "extra_args",
     "format_env_lines",
     "free_port",
+    "gpus_asked",
     "launch_env",
     "network_env",
     "node_commands",

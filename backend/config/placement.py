@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LocalPlacement:
+    """This machine. `gpus`: the GPU indices (HIP's numbering on the node; CPU slots on a
+    machine without GPUs) the run asks for by name; (): the node picks free ones."""
+
+    gpus: tuple[int, ...] = ()
     kind: Literal["local"] = "local"
 
 
@@ -323,7 +327,7 @@ def parse_placement_form(values: Mapping[str, Any], use_cpu: bool = False, gpus_
         findings.append(Finding.of("run_on", "bad-choice", field=field_noun("run_on"), value=shown(run_on), choices=", ".join(schema.RUN_ON)))
         return LocalPlacement(), findings
     if run_on == "local":
-        return LocalPlacement(), findings
+        return LocalPlacement(gpus=_local_gpus(values, findings)), findings
     partition, account = (_slurm_name(values, name, findings) for name in ("slurm_partition", "slurm_account"))
     time_limit = _text(values, "slurm_time", findings)
     if time_limit:
@@ -369,9 +373,53 @@ def parse_placement_form(values: Mapping[str, Any], use_cpu: bool = False, gpus_
     return placement, findings
 
 
+def _local_gpus(values: Mapping[str, Any], findings: list[Finding]) -> tuple[int, ...]:
+    """The GPU indices `local_gpus` names ("0,1", "2-3"; empty: none named), each once; () with
+    a finding for anything else (the node is not asked here: RunManager checks the indices
+    against it, and `check_local_gpus` the count against the plan)."""
+    from backend.config.distributed import BadGpuEntry, GpuListTooLarge, parse_gpu_list
+
+    listed = values.get("local_gpus", "")
+    if listed is None:
+        listed = ""
+    if isinstance(listed, int) and not isinstance(listed, bool) and 0 <= listed < 10**6:
+        listed = str(listed)  # one index, sent as a number
+    text, bad_text = parse_text(listed, field_noun("local_gpus"), schema.field("local_gpus").max_chars, key="local_gpus")
+    if bad_text is not None:
+        findings.append(bad_text)
+        return ()
+    highest = schema.GPUS_PER_NODE_MAX - 1
+    try:
+        gpus = parse_gpu_list(text)
+    except GpuListTooLarge as error:
+        if error.index is not None:
+            findings.append(Finding.of("local_gpus", "local-gpus-index", patch={"local_gpus": ""}, index=shown(error.index), highest=highest))
+        else:
+            findings.append(Finding.of("local_gpus", "local-gpus-too-many", patch={"local_gpus": ""}, limit=highest + 1))
+        return ()
+    except BadGpuEntry as error:
+        findings.append(Finding.of("local_gpus", "local-gpus-bad", patch={"local_gpus": ""}, part=error.part))
+        return ()
+    repeated = next((gpu for position, gpu in enumerate(gpus) if gpu in gpus[:position]), None)
+    if repeated is not None:
+        findings.append(Finding.of("local_gpus", "local-gpus-duplicate", patch={"local_gpus": ",".join(map(str, dict.fromkeys(gpus)))}, gpu=repeated))
+        return ()
+    return gpus
+
+
+def check_local_gpus(placement: Placement, asked: int) -> list[Finding]:
+    """Named GPUs whose count is not the `asked` count of the run's multi-GPU plan
+    (`DistributedPlan.gpus_asked`): a problem, before anything is made."""
+    if not isinstance(placement, LocalPlacement) or not placement.gpus or len(placement.gpus) == asked:
+        return []
+    return [Finding.of("local_gpus", "local-gpus-count", named=len(placement.gpus), gpus=",".join(map(str, placement.gpus)), asked=asked)]
+
+
 def placement_to_form(placement: Placement) -> dict[str, Any]:
     """The page's field values that show `placement` (the inverse of parse_placement_form)."""
     values = schema.placement_form_defaults()
+    if isinstance(placement, LocalPlacement):
+        values["local_gpus"] = ",".join(map(str, placement.gpus))
     if isinstance(placement, SlurmPlacement):
         values.update(
             run_on="slurm",
@@ -431,6 +479,7 @@ __all__ = [
     "SBATCH_VALUE_EXAMPLES",
     "SBATCH_VALUE_SHAPES",
     "SlurmPlacement",
+    "check_local_gpus",
     "format_sbatch_lines",
     "parse_placement_form",
     "parse_sbatch_lines",

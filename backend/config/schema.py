@@ -545,14 +545,18 @@ PLAN_FIELDS: tuple[Field, ...] = (
 # "local": this machine (the launcher starts the trainer here); "slurm": a batch job on a Slurm
 # cluster whose nodes see the runs directory (backend/slurm/).
 RUN_ON: tuple[str, ...] = ("local", "slurm")
+LOCAL_GPUS_MAX_CHARS = 256  # "0,1,...,63" is 182 characters
 SLURM_CPUS_MAX = 4096  # CPUs of one task (one per node: torchrun starts the node's workers)
 SBATCH_EXTRA_MAX_LINES = 32
 
-# Prefixed with slurm_ so they never collide with RUN_FIELDS or PLAN_FIELDS; `path` names the
-# attribute of SlurmPlacement. Empty text and 0 mean "the cluster's default" (sbatch is not
+# Prefixed with slurm_ (or local_, for this machine) so they never collide with RUN_FIELDS or
+# PLAN_FIELDS; `path` names the attribute of SlurmPlacement (LocalPlacement). Empty text and 0 mean "the cluster's default" (sbatch is not
 # given the option). Not YAML keys: they become #SBATCH lines (backend/slurm/script.py).
 PLACEMENT_FIELDS: tuple[Field, ...] = (
     Field("run_on", "choice", "local", path="kind", choices=RUN_ON, choice_labels=tuple((f"run_on.{key}", key) for key in RUN_ON), widget="radio", section="placement"),
+    # This machine: the GPUs the run asks for by index ("0,1"; empty: the node picks free ones,
+    # as many as the multi-GPU plan lists). Checked against the node and the plan at Start.
+    Field("local_gpus", "gpus", "", path="gpus", range=NumberRange(0, GPUS_PER_NODE_MAX - 1, 0, rule="gpu-index-range"), max_chars=LOCAL_GPUS_MAX_CHARS, section="placement"),
     Field("slurm_partition", "text", "", path="partition", max_chars=64, section="placement", row="slurm_where"),
     Field("slurm_account", "text", "", path="account", max_chars=64, section="placement", row="slurm_where"),
     Field("slurm_time", "text", "", path="time_limit", max_chars=32, section="placement", row="slurm_where"),

@@ -204,13 +204,16 @@ def read_launch_env(run_dir: Path) -> dict[str, str]:
     return {str(name): str(value) for name, value in dict(env).items()}
 
 
-def launch_file(env: dict[str, str], gpus_asked: int | None = None, gpus: tuple[int, ...] | None = None) -> str:
+def launch_file(env: dict[str, str], gpus_asked: int | None = None, gpus: tuple[int, ...] | None = None, gpus_named: tuple[int, ...] = ()) -> str:
     """launch.json: the trainer's environment; on a node of several GPU slots also how many
-    the run asks for (`gpus_asked`) and, once started, the ones it holds (`gpus`: a restarted
-    app knows them again from here). One slot: the environment alone, as always."""
+    the run asks for (`gpus_asked`), the indices it asks for by name (`gpus_named`, the
+    form's local_gpus) and, once started, the ones it holds (`gpus`: a restarted app knows
+    them again from here). One slot: the environment alone, as always."""
     data: dict[str, Any] = {"env": env}
     if gpus_asked is not None:
         data["gpus_asked"] = gpus_asked
+    if gpus_named:
+        data["gpus_named"] = list(gpus_named)
     if gpus is not None:
         data["gpus"] = list(gpus)
     return json.dumps(data, indent=2) + "\n"
@@ -235,4 +238,19 @@ def read_launch_gpus(run_dir: Path) -> tuple[int | None, tuple[int, ...] | None]
     return asked_count, held_gpus
 
 
-__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env", "read_launch_gpus"]
+def read_launch_named(run_dir: Path) -> tuple[int, ...]:
+    """The GPU indices a queued run asks for by name, as launch.json records them; () when it
+    names none. ValueError for a list that is not distinct indices 0-63 (a file edited by
+    hand: the run cannot be placed, and is failed rather than given other GPUs)."""
+    from backend.runs import safe_files
+
+    data: Any = json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+    named = data.get("gpus_named", []) if isinstance(data, dict) else []
+    if not isinstance(named, list) or len(named) > 64 or len(set(map(repr, named))) != len(named):
+        raise ValueError("launch.json: gpus_named is not a list of distinct GPU indices")
+    if not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 64 for g in named):
+        raise ValueError("launch.json: gpus_named holds something that is not a GPU index 0-63")
+    return tuple(named)
+
+
+__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env", "read_launch_gpus", "read_launch_named"]

@@ -171,6 +171,10 @@ class ConfigPipeline:
         findings += plan_findings
         placement, placement_findings = self.placement_of(form, preset)
         findings += placement_findings
+        from backend.config.distributed import gpus_asked
+        from backend.config.placement import check_local_gpus
+
+        findings += check_local_gpus(placement, gpus_asked(plan))  # named GPUs: as many as the plan's
         from backend.config.other_keys import deepspeed_findings
 
         findings += deepspeed_findings(config, plan, bool(preset and preset.use_cpu), self.read_places(config))

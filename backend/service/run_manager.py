@@ -28,7 +28,7 @@ from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, attempt_fields, safe_files, starter_fields
 from backend.runs.launcher import STOPPED_BY_USER, Launcher, ProcessIdentity, stop_tree
-from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus
+from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus, read_launch_named
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
 from backend.slurm.executor import SlurmExecutor
@@ -49,12 +49,10 @@ SLURM_LOOK_EVERY = 5  # keeper ticks between looks for Slurm runs submitted else
 
 
 def gpus_asked(plan: DistributedPlan | None) -> int:
-    """How many GPUs (slots) a local run asks for side by side: its plan's GPU count; one for
-    a run without a plan or on the CPU (its workers share its one slot). The plan's list is a
-    count here: the node's allocator picks which GPUs (backend/runs/gpu_slots.py)."""
-    if plan is None or plan.on_cpu or not plan.gpus:
-        return 1
-    return len(plan.gpus)
+    """How many GPUs a local run asks for side by side (backend/config/distributed.py)."""
+    from backend.config.distributed import gpus_asked as asked
+
+    return asked(plan)
 
 
 @dataclass(frozen=True)
@@ -236,6 +234,9 @@ class RunManager:
             earlier = self._intents.get(intent) if intent else None
             if earlier is not None:
                 return StartResult(self.store.read(earlier), findings)
+            refused = self._named_gpus_refused(placement)
+            if refused is not None:
+                return StartResult(None, findings + [refused])
             active = self.active_run()
             if not start_here:
                 try:  # its ask recorded: the keeping app may put runs side by side
@@ -258,11 +259,15 @@ class RunManager:
     def _queue_side_by_side(self, config: RunConfig, plan: DistributedPlan | None, placement: Placement, findings: list[Finding], stop_on_nan: bool, intent: str) -> StartResult:
         """Side by side (called with both locks held): the run joins the queue with the GPUs
         it asks for (the caller's advance_queue starts it at once when they are free); a run
-        that asks for more GPUs than the node has is refused before anything is made."""
+        that asks for more GPUs than the node has, or names one it does not have, is refused
+        before anything is made."""
         from backend.runs.gpu_slots import Ask, ask_problem
 
         asked = gpus_asked(plan)
         assert self.node is not None
+        refused = self._named_gpus_refused(placement)
+        if refused is not None:
+            return StartResult(None, findings + [refused])
         if ask_problem(Ask("", count=asked), self.node) is not None:
             return StartResult(None, findings + [Finding.of("start", "gpus-too-many", asked=asked, have=len(self.node))])
         try:
@@ -270,6 +275,15 @@ class RunManager:
         except QueueFull:
             return StartResult(None, findings + [Finding.of("start", "queue-full")])
         return self._remember(intent, StartResult(queued, findings))
+
+    def _named_gpus_refused(self, placement: Placement) -> Finding | None:
+        """The finding for GPUs named on the form (local_gpus) that this node does not have;
+        None when none are named, or all are here (or the node is not known: one slot)."""
+        named = placement.gpus if isinstance(placement, LocalPlacement) else ()
+        missing = [gpu for gpu in named if self.node is not None and gpu not in self.node]
+        if not missing:
+            return None
+        return Finding.of("local_gpus", "local-gpus-not-on-node", gpus=",".join(map(str, missing)), have=",".join(map(str, self.node or ())), patch={"local_gpus": ""})
 
     def _remember(self, intent: str, result: StartResult) -> StartResult:
         if intent and result.run is not None:
@@ -317,7 +331,8 @@ class RunManager:
             **(extra_files or {}),
         }
         if queued:
-            files[LAUNCH_FILE] = launch_file(self._launch_env(config, plan), gpus_asked)
+            named = placement.gpus if isinstance(placement, LocalPlacement) else ()
+            files[LAUNCH_FILE] = launch_file(self._launch_env(config, plan), gpus_asked, gpus_named=named)
             self.queue.join(run_id)
         try:
             state = self.store.create(
@@ -455,7 +470,8 @@ class RunManager:
                             port = str(free_port())
                         env["MASTER_PORT"] = port
                         ports.add(port)
-                    safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env, len(grant.gpus), grant.gpus).encode("utf-8"))
+                    named = next((ask.indices for ask in asks if ask.run_id == grant.run_id), ())  # kept: what it asked for
+                    safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env, len(grant.gpus), grant.gpus, gpus_named=named).encode("utf-8"))
                     self.store.update(grant.run_id, state="starting", queued_at=None, **starter_fields())
                     started = self.launch(grant.run_id, env)
                     first = first or started
@@ -496,7 +512,13 @@ class RunManager:
                 except (OSError, ValueError, RunNotFound):
                     devices = ""
                 asked = max(1, len([d for d in devices.split(",") if d.strip()]))
-            asks.append(Ask(state.id, count=min(asked, 64)))
+            try:
+                named = read_launch_named(self.store.run_dir(state.id))
+            except (OSError, ValueError, RunNotFound) as error:
+                if fail_broken:
+                    self._queued_run_failed(state.id, error)
+                continue
+            asks.append(Ask(state.id, count=min(asked, 64), indices=named))
         return held, ports, asks
 
     def node_view(self) -> NodeView | None:
@@ -708,7 +730,8 @@ class RunManager:
                 return StartResult(self.launch(run_id, env), [])
             # Side by side: it waits in the queue for its GPUs (it starts now if they are free).
             with self.queue.locked():
-                safe_files.write_atomic(self.store.run_dir(run_id), LAUNCH_FILE, launch_file(env, gpus_asked(plan)).encode("utf-8"))
+                named = placement.gpus if isinstance(placement, LocalPlacement) else ()
+                safe_files.write_atomic(self.store.run_dir(run_id), LAUNCH_FILE, launch_file(env, gpus_asked(plan), gpus_named=named).encode("utf-8"))
                 self.queue.join(run_id)
                 self.store.update(run_id, **attempt_fields(state="queued", queued_at=time.time()))  # the last attempt's process cleared
         self.advance_queue()
