@@ -97,16 +97,34 @@ def cpu_slots(count: int = 1) -> tuple[int, ...]:
     return tuple(range(count))
 
 
-def node_gpus(sysfs_root: Path = Path("/sys"), env: Mapping[str, str] | None = None, cpu_slot_count: int = 1) -> tuple[int, ...]:
+def node_gpus(
+    sysfs_root: Path = Path("/sys"),
+    env: Mapping[str, str] | None = None,
+    cpu_slot_count: int = 1,
+    nvidia_gpus_dir: Path | None = None,
+) -> tuple[int, ...]:
     """The node's slots: the AMD GPUs this process sees (KFD's topology under `sysfs_root`,
     after this process's ROCR_/HIP_VISIBLE_DEVICES, numbered as HIP numbers them), at most
-    MAX_GPUS; on a machine without them, `cpu_slot_count` CPU slots."""
+    MAX_GPUS; where there are none, the NVIDIA GPUs it sees (the driver's folders under
+    `nvidia_gpus_dir`, after its CUDA_VISIBLE_DEVICES; numbered as nvidia-smi numbers them,
+    since a run's CUDA_VISIBLE_DEVICES replaces the app's: backend/telemetry/nvidia_smi.py);
+    on a machine without either, `cpu_slot_count` CPU slots. `nvidia_gpus_dir` None: the
+    driver's own /proc/driver/nvidia/gpus with the real /sys, none with a fake sysfs tree (a
+    simulated node is only what the tree says)."""
+    from backend.telemetry.nvidia_smi import NVIDIA_GPUS_DIR, read_nvidia_gpus, visible_nvidia_positions
     from backend.telemetry.topology import read_kfd_gpus, visible_gpus
 
+    env = os.environ if env is None else env
     kfd = read_kfd_gpus(Path(sysfs_root)) or []
-    seen = visible_gpus(kfd, os.environ if env is None else env)
+    seen = visible_gpus(kfd, env)
     if seen:
         return tuple(g.index for g in seen)[:MAX_GPUS]
+    if nvidia_gpus_dir is None and Path(sysfs_root) == Path("/sys"):
+        nvidia_gpus_dir = NVIDIA_GPUS_DIR
+    if nvidia_gpus_dir is not None:
+        nvidia = [p for p in visible_nvidia_positions(read_nvidia_gpus(nvidia_gpus_dir), env) if p < MAX_GPUS]
+        if nvidia:
+            return tuple(nvidia)
     return cpu_slots(cpu_slot_count)
 
 
