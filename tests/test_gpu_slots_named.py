@@ -137,3 +137,23 @@ def test_a_named_gpu_run_gets_exactly_that_gpu(runs, monkeypatch) -> None:
     assert environ(store.read(also_one.run.id).pid)["HIP_VISIBLE_DEVICES"] == "1"
     # saved with the run: its form.json says which GPUs it named
     assert json.loads((runs / also_one.run.id / "form.json").read_text())["local_gpus"] == "1"
+
+
+def test_submit_names_gpus_and_a_bad_list_is_refused_before_anything_is_made(tmp_path, demo_assets) -> None:
+    """`app.py submit --gpus` is the form's field: checked the same way, refused (exit 1, the
+    finding and its fix on stderr) before LLaMA-Factory is asked or anything is made."""
+    import io
+
+    import yaml
+
+    from backend.runs_cli import EXIT_REFUSED, submit_main
+
+    config = tmp_path / "demo.yaml"
+    demo = {"model_name_or_path": str(demo_assets.model_dir), "template": "llama3", "dataset_dir": str(demo_assets.dataset_dir), "dataset": "demo"}
+    config.write_text(yaml.safe_dump({**demo, "stage": "sft", "do_train": True, "finetuning_type": "lora"}))
+    runs = tmp_path / "runs"
+    for gpus, words in (("0,0", "lists GPU 0 twice"), ("0,1", "names 2 GPUs (0,1); the multi-GPU plan runs on 1"), ("x", "'x' is not a GPU index")):
+        out, err = io.StringIO(), io.StringIO()
+        assert submit_main([str(config), "--gpus", gpus, "--runs-dir", str(runs), "--cpu-slots", "2"], out, err) == EXIT_REFUSED
+        assert "local_gpus: GPUs on this machine" in err.getvalue() and words in err.getvalue(), err.getvalue()
+        assert out.getvalue() == "" and RunStore(runs).list() == []
