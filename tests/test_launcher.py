@@ -201,7 +201,7 @@ def test_a_start_that_fails_before_the_trainer_leaves_a_failed_run_not_a_startin
     board = RocBoard(tmp_path / "runs")
     run = make_run(board.store)
 
-    def refuses() -> None:
+    def refuses(gpus: tuple[int, ...] | None = None) -> None:
         raise RuntimeError("chat server would not stop")
 
     board.run_manager.before_launch.insert(0, refuses)

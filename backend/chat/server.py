@@ -95,10 +95,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_env(port: int, key: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: a trainer's offline switches, no GPU hidden or chosen by us
-    beyond what the app's own environment says, the address to bind to, and the key."""
-    env = child_env(base, (), {**OFFLINE_ENV, "API_HOST": HOST, "API_PORT": str(port)})
+def server_env(port: int, key: str, base: dict[str, str] | None = None, gpu: int | None = None) -> dict[str, str]:
+    """The server's environment: a trainer's offline switches, the address to bind to, and
+    the key; its GPU, side by side (HIP_ and CUDA_VISIBLE_DEVICES as a run's, never ROCR_:
+    docs/multi-gpu.md), else no GPU hidden or chosen by us beyond what the app's own
+    environment says."""
+    own = {**OFFLINE_ENV, "API_HOST": HOST, "API_PORT": str(port)}
+    if gpu is not None:
+        own["HIP_VISIBLE_DEVICES"] = own["CUDA_VISIBLE_DEVICES"] = str(int(gpu))
+    env = child_env(base, (), own)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # child_env drops secret-looking names (API_KEY) even from RocBoard's own settings. This
     # key is RocBoard's own one-time key for this server, made here, not a user's secret
@@ -123,7 +128,7 @@ class ChatServer:
     ready_after_s: float | None = None
 
     @classmethod
-    def start(cls, which: str, spec: ServerSpec, run_dir: Path, log_relative: str, env_base: dict[str, str] | None = None) -> ChatServer:
+    def start(cls, which: str, spec: ServerSpec, run_dir: Path, log_relative: str, env_base: dict[str, str] | None = None, gpu: int | None = None) -> ChatServer:
         server = cls(which, spec, run_dir, log_relative, port=free_port(), key=secrets.token_urlsafe(24))
         log_fd = safe_files.open_in_run(run_dir, log_relative, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -132,7 +137,7 @@ class ChatServer:
                 stdin=subprocess.PIPE,  # our end closes when this process dies: the worker exits
                 stdout=log_fd,
                 stderr=subprocess.STDOUT,
-                env=server_env(server.port, server.key, env_base),
+                env=server_env(server.port, server.key, env_base, gpu),
                 cwd=str(run_dir),
                 start_new_session=True,  # Ctrl-C in a terminal reaches us, we stop it in order
             )

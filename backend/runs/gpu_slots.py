@@ -18,12 +18,17 @@ it start only on GPUs no run ahead of them reserved: backfill that never delays 
 run. So a 2-GPU run at the head waits only for GPUs to free, never for a stream of 1-GPU
 runs queued after it; a run asking for more GPUs than the node has, or for an index the node
 does not have, can never start and is reported as such (it reserves nothing).
+
+GPUs in `avoid` (those a chat server uses: it lets go of its GPU for a run that is given it)
+are given to a count last: a run displaces a chat only when no other GPU is free for it. A
+chat asks like a 1-GPU run queued behind every other (`guest_gpu`): it never takes a GPU
+held by a run or kept for a queued one.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -85,6 +90,7 @@ class NodeView:
     node: tuple[int, ...]
     held: Mapping[str, tuple[int, ...]]  # live run -> its GPUs
     decision: Decision  # what the queue would do now (nothing was started for it)
+    chat: Mapping[int, str] = field(default_factory=dict)  # GPU -> the run a chat server there serves
 
     def holder(self, gpu: int) -> str | None:
         return next((run_id for run_id, gpus in self.held.items() if gpu in gpus), None)
@@ -155,10 +161,12 @@ def _check(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequen
             raise SlotsError(f"run {ask.run_id}: a run asks for 1-{MAX_GPUS} GPUs, not {ask.count}")
 
 
-def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequence[Ask]) -> Decision:
+def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequence[Ask], avoid: Collection[int] = ()) -> Decision:
     """The runs of `queue` that start now and their GPUs, and why each other one waits (the
-    module's rule). `held`: the GPUs of each live run (a GPU held twice counts once)."""
+    module's rule). `held`: the GPUs of each live run (a GPU held twice counts once); `avoid`:
+    GPUs a count is given only when too few others are free (a chat's)."""
     _check(node, held, queue)
+    avoided = frozenset(avoid)
     on_node = frozenset(node)
     holder: dict[int, str] = {}
     for run_id, gpus in held.items():
@@ -180,7 +188,8 @@ def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequen
                 gpus = ()
                 blocked = [g for g in ask.indices if g not in open_now]
         else:
-            gpus = tuple(open_now[: ask.count]) if len(open_now) >= ask.count else ()
+            preferred = sorted(open_now, key=lambda g: g in avoided)  # stable: lowest first, avoided last
+            gpus = tuple(sorted(preferred[: ask.count])) if len(open_now) >= ask.count else ()
             blocked = [] if gpus else sorted(on_node - set(open_now))
         if gpus:
             starts.append(Grant(ask.run_id, gpus))
@@ -201,4 +210,20 @@ def decide(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequen
     return Decision(tuple(starts), tuple(waits), reserved, tuple(free))
 
 
-__all__ = ["MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "NodeView", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "node_gpus"]
+GUEST = ""  # the id of a chat's ask: never a run's (run ids are never empty)
+
+
+def guest_gpu(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Sequence[Ask]) -> tuple[int | None, Wait | None]:
+    """The GPU a chat server may take now: the one a 1-GPU run queued behind all of `queue`
+    would be given (free, not held by a live run nor kept for a queued one, nor given to a
+    queued run that starts now); else None and why it would wait (busy: `held_by` names the
+    runs holding GPUs, queued runs that start now included; reserved: `behind` names the
+    queued run they are kept for)."""
+    decision = decide(node, held, [*queue, Ask(GUEST)])
+    grant = next((g for g in decision.start if g.run_id == GUEST), None)
+    if grant is not None:
+        return grant.gpus[0], None
+    return None, next(w for w in decision.waiting if w.run_id == GUEST)
+
+
+__all__ = ["GUEST", "MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "NodeView", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "guest_gpu", "node_gpus"]

@@ -1,7 +1,8 @@
 """The node as the Runs tab shows it (issue 30 §1): one row per GPU (or CPU slot) with the run
-holding it, its VRAM and busy % from the app's latest telemetry readings, then each queued run
-and why it waits. Pure: it is given the allocator's view (RunManager.node_view), the readings
-keyed by the node's GPU index, and the runs' names; it reads nothing and starts nothing.
+holding it (or the chat server using it), its VRAM and busy % from the app's latest telemetry
+readings, then each queued run and why it waits. Pure: it is given the allocator's view
+(RunManager.node_view), the readings keyed by the node's GPU index, and the runs' names; it
+reads nothing and starts nothing.
 
 Every run name is the user's text: escaped (backend/view.escape_markdown), ids in code spans."""
 
@@ -53,6 +54,8 @@ def node_markdown(view: NodeView, readings: Mapping[int, Reading], names: Mappin
         holder = view.holder(gpu)
         if holder is not None:
             who = _run(holder, names)
+        elif gpu in view.chat:  # a chat server there: it lets go when a run is given this GPU
+            who = translate("node.chat", locale, run=_run(view.chat[gpu], names))
         elif gpu in reserved:
             who = translate("node.kept_for", locale, run=_run(reserved[gpu], names))
         else:

@@ -126,7 +126,8 @@ class RocBoard:
         # Try and ship: chat with a run (its servers let go of the GPU when a trainer starts),
         # evaluate it on held-out data, merge and export it.
         self.chat = ChatDesk(self.store, self.run_manager, export_dir=self.export_dir)
-        self.run_manager.before_launch.append(self.chat.stop_all)
+        self.run_manager.before_launch.append(self.chat.let_go_for)
+        self.run_manager.chat_gpus = self.chat.gpus_in_use  # side by side: runs take the chat's GPU last
         self.evaluations = EvaluationDesk(self.store, self.run_manager, self.pipeline, self.data)
         # Exports write under their own folder, ~/rocboard-exports, unless --export-root names others.
         self.exports = ExportDesk(self.store, export_roots if export_roots is not None else default_export_roots(), export_dir=self.export_dir)
@@ -348,9 +349,13 @@ class RocBoard:
             sampler = self.run_manager.sampler_of(run_id)
             if sampler is not None:
                 readings.update(readings_on_node(gpus, sampler.latest()))
-        shown = [*node.held, *(g.run_id for g in node.decision.start), *(w.run_id for w in node.decision.waiting)]
+        chat_sampler = self.run_manager.chat_sampler
+        for gpu in node.chat:
+            if chat_sampler is not None and gpu not in readings:
+                readings.update(readings_on_node((gpu,), chat_sampler.latest()))
+        shown = [*node.held, *node.chat.values(), *(g.run_id for g in node.decision.start), *(w.run_id for w in node.decision.waiting)]
         names = {}
-        for run_id in dict.fromkeys(shown[: len(node.held) + MAX_WAITING_SHOWN]):
+        for run_id in dict.fromkeys(shown[: len(node.held) + len(node.chat) + MAX_WAITING_SHOWN]):
             try:
                 names[run_id] = self.store.read(run_id).name
             except (RunNotFound, OSError, ValueError):

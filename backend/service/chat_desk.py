@@ -7,6 +7,12 @@ in a child process each (backend/chat/server.py); they stop when the user unload
 question came for `idle_stop_s`, when a trainer is about to start (RunManager.before_launch),
 and with the app (close). A server that dies is noticed and forgotten.
 
+On a node of several GPUs (runs side by side, RunManager.side_by_side) the session takes one
+GPU the allocator says is free now (RunManager.gpu_for_chat: not held by a live run, not kept
+for a queued one); its servers see only that GPU, and a trainer's start lets them go only when
+the trainer is given that GPU (`let_go_for`). On one slot a load is refused while any run
+trains here, and every trainer's start lets the servers go, as before.
+
 Everything that can be refused is refused before a process starts, as findings; so is a load
 while another load is in progress (chat-load-busy).
 
@@ -97,6 +103,7 @@ class _Session:
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
     ended: ChatStatus | None = None  # how it ended (stopped, failed, died, ...), once it has
+    gpu: int | None = None  # side by side: the node's GPU its servers see (None: whatever the app sees)
 
 
 class ChatDesk:
@@ -165,9 +172,9 @@ class ChatDesk:
             return [Finding.of("run", "chat-unknown-run", run_id=run_id)]
         if state.active:
             return [Finding.of("run", "chat-run-active", run_id=run_id, state=Message(f"state.{state.state}"))]
-        active = self._active_run()
-        if active is not None:
-            return [Finding.of("run", "chat-gpu-busy", run_id=active.id)]
+        refused = self._gpu_refusal()
+        if refused is not None:
+            return [refused]
         findings = []
         if checkpoint and (artifacts.adapter_folder(checkpoint) is None or checkpoint not in self.checkpoints(run_id)):
             findings.append(Finding.of("checkpoint", "chat-unknown-checkpoint", run_id=run_id, checkpoint=checkpoint))
@@ -179,6 +186,39 @@ class ChatDesk:
         elif (model.startswith(("/", ".", "~")) or Path(model).exists()) and not Path(model).expanduser().is_dir():
             findings.append(Finding.of("model", "chat-base-missing", run_id=run_id, model=model))
         return findings
+
+    def _gpu_for_load(self) -> tuple[int | None, Finding | None]:
+        """(the GPU a load takes side by side, None on one slot; why it cannot load now)."""
+        if self.run_manager is None or not self.run_manager.side_by_side:
+            active = self._active_run()
+            return None, (Finding.of("run", "chat-gpu-busy", run_id=active.id) if active is not None else None)
+        gpu, wait = self.run_manager.gpu_for_chat()
+        if gpu is not None:
+            return gpu, None
+        if wait is not None and wait.reason == "reserved" and wait.behind:
+            return None, Finding.of("run", "chat-gpus-kept", run_id=wait.behind)
+        holders = ", ".join(wait.held_by) if wait is not None and wait.held_by else "?"
+        return None, Finding.of("run", "chat-gpus-busy", runs=holders)
+
+    def _gpu_refusal(self) -> Finding | None:
+        return self._gpu_for_load()[1]
+
+    def gpus_in_use(self) -> dict[int, str]:
+        """Side by side: the GPU the session's servers use -> the run they serve (empty when
+        none). Read without the desk's lock: the run manager asks while it holds its own,
+        and a trainer's start takes this desk's lock under it (before_launch)."""
+        session = self._session
+        if session is None or session.gpu is None or session.ended is not None:
+            return {}
+        return {session.gpu: session.run_id}
+
+    def let_go_for(self, gpus: tuple[int, ...] | None) -> None:
+        """A trainer is about to start on `gpus` (None: on the whole machine, one slot): the
+        servers stop when they use one of them (RunManager.before_launch)."""
+        with self._lock:
+            session = self._session
+            if session is not None and (gpus is None or session.gpu is None or session.gpu in gpus):
+                self._end(session, "stopped")
 
     # --- load, unload ------------------------------------------------------------------
 
@@ -247,13 +287,14 @@ class ChatDesk:
             current = self._session
             if current is not None and current.state == "loading":
                 return None, [Finding.of("run", "chat-load-busy", run_id=current.run_id)]
-            # Asked again inside the lock: a trainer's start records its run ("starting") before
-            # RunManager.before_launch asks this desk to let go (stop_all, this lock), so either
-            # this load is seen and stopped by it, or its run is seen here.
-            active = self._active_run()
-            if active is not None:
-                return None, [Finding.of("run", "chat-gpu-busy", run_id=active.id)]
-            session = self._start(run_id, checkpoint, mode)
+            # Asked again inside the lock: a trainer's start records its run ("starting", with
+            # its GPUs side by side) before RunManager.before_launch asks this desk to let go
+            # (let_go_for, this lock), so either this load is seen and stopped by it, or its
+            # run is seen here.
+            gpu, refused = self._gpu_for_load()
+            if refused is not None:
+                return None, [refused]
+            session = self._start(run_id, checkpoint, mode, gpu)
         threading.Thread(target=self._follow, args=(session, timeout_s), name="rocboard-chat-load", daemon=True).start()
         return session, []
 
@@ -280,9 +321,10 @@ class ChatDesk:
                 return
             time.sleep(LOAD_POLL_S)
 
-    def _start(self, run_id: str, checkpoint: str, mode: ChatMode) -> _Session:
-        """The session's servers, started (under the lock); the one before ends first, in the
-        same critical section, so two loads at once cannot leave a server nobody owns."""
+    def _start(self, run_id: str, checkpoint: str, mode: ChatMode, gpu: int | None = None) -> _Session:
+        """The session's servers, started (under the lock) on `gpu` (side by side; both
+        servers of a side-by-side chat share it); the one before ends first, in the same
+        critical section, so two loads at once cannot leave a server nobody owns."""
         run_dir = self.store.run_dir(run_id)
         model, template, finetuning_type = self._model_of(run_id)
         adapter = str(run_dir / OUTPUT_DIR / checkpoint) if checkpoint else str(run_dir / OUTPUT_DIR)
@@ -296,12 +338,12 @@ class ChatDesk:
         servers: dict[str, ChatServer] = {}
         try:
             for which, spec in wanted.items():
-                servers[which] = ChatServer.start(which, spec, run_dir, f"{CHAT_DIR}/{which}.log")
+                servers[which] = ChatServer.start(which, spec, run_dir, f"{CHAT_DIR}/{which}.log", gpu=gpu)
         except BaseException:
             for server in servers.values():
                 server.stop()
             raise
-        session = _Session(run_id, checkpoint, mode, run_dir, servers, time.monotonic())
+        session = _Session(run_id, checkpoint, mode, run_dir, servers, time.monotonic(), gpu=gpu)
         self._session = session
         first = next(iter(servers.values()))
         self._memory_monitor = None

@@ -3,8 +3,10 @@
 An evaluation is a run like any other (kind "evaluate" in its state): a run directory with
 its own config.yaml for LLaMA-Factory's predict mode, started by the RunManager under its
 lock (one run at a time) and the same Launcher (warm or cold), so Stop, train.log, the
-failure diagnosis, re-attach after a restart and delete work on it unchanged. Every refusal
-is a Finding returned before anything is made. See docs/evaluate.md.
+failure diagnosis, re-attach after a restart and delete work on it unchanged. On a node of
+several GPUs it asks one GPU like a run and waits in the run queue when none is free
+(RunManager.start_evaluation). Every refusal is a Finding returned before anything is made.
+See docs/evaluate.md.
 """
 
 from __future__ import annotations
@@ -247,8 +249,8 @@ class EvaluationDesk:
             return refuse(Finding.of("evaluate", "eval-run-missing", run_id=str(run_id)[:80]))
         if source.kind != "train":
             return refuse(Finding.of("evaluate", "eval-not-trained", run_id=run_id))
-        active = self.run_manager.active_run()
-        if active is not None:
+        active = None if self.run_manager.side_by_side else self.run_manager.active_run()
+        if active is not None:  # side by side it queues for a GPU instead (start_evaluation)
             return refuse(Finding.of("evaluate", "run-active", message="eval-run-active", run_id=active.id, state=Message(f"state.{active.state}")))
         checkpoint = checkpoint or FINAL_CHECKPOINT
         adapters = self.checkpoints(run_id)
@@ -367,6 +369,8 @@ class EvaluationDesk:
         except RunNotFound:
             return EvaluationView(eval_id, status=translate("eval.status.gone", locale, run_id=words.code_span(eval_id, 140)))
         run = words.code_span(eval_id, 140)
+        if state.state == "queued":  # side by side, every GPU taken: Stop takes it out of the queue
+            return EvaluationView(eval_id, state.state, True, translate("eval.status.queued", locale, run_id=run))
         if state.active:
             progress = self.progress(eval_id)
             if progress is None:

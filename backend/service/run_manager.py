@@ -35,7 +35,7 @@ from backend.slurm.executor import SlurmExecutor
 
 if TYPE_CHECKING:
     from backend.config.distributed import DistributedPlan
-    from backend.runs.gpu_slots import Ask, NodeView
+    from backend.runs.gpu_slots import Ask, NodeView, Wait
     from backend.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,17 @@ class RunManager:
         # Told of every run that (re)starts training or is re-attached to, so that the
         # backend watches it on its own (the facade wires the decisions here).
         self.on_launch: Callable[[str], None] = lambda run_id: None
-        # Called before any trainer (a training or an evaluation run) starts here: whatever
-        # else holds the GPU for the user (the Chat tab's servers) lets go of it first.
-        self.before_launch: list[Callable[[], None]] = []
+        # Called before any trainer (a training or an evaluation run) starts here, with the
+        # GPUs it is given side by side (None: the whole machine, one slot): whatever else
+        # holds one of them for the user (the Chat tab's servers) lets go of it first.
+        self.before_launch: list[Callable[[tuple[int, ...] | None], None]] = []
         # Looked after on each turn of the queue keeper as well (the facade adds the sweeps'
         # early stop and ends): what the app does on its own, whoever started the runs.
         self.keeper_tasks: list[Callable[[], None]] = []
+        # Side by side: the GPUs the chat servers use now (GPU -> the run they serve), read
+        # without any lock of the chat desk's (ChatDesk.gpus_in_use): the allocator gives
+        # them to a run last, and the node panel shows them.
+        self.chat_gpus: Callable[[], Mapping[int, str]] = dict
         self._lock = threading.Lock()  # start, resume and delete: one at a time
         self._watched: str | None = None  # the run the sampler samples
         self._last_seen: dict[str, RunState] = {}  # to stop a trainer whose run directory vanished
@@ -101,6 +106,7 @@ class RunManager:
         # time" exactly as before; several put runs side by side, each on its own GPUs.
         self.node: tuple[int, ...] | None = None
         self._own_samplers: dict[str, Sampler] = {}  # side by side: each run after the first its own
+        self._chat_sampler: Sampler | None = None  # side by side: the chat server's own
 
     def set_node(self, node: Sequence[int] | None) -> None:
         """The GPU indices (or CPU slots) local runs are placed on; None: one at a time."""
@@ -175,6 +181,11 @@ class RunManager:
         if self.sampler is not None and self._watched == run_id:
             return self.sampler
         return self._own_samplers.get(run_id)
+
+    @property
+    def chat_sampler(self) -> Sampler | None:
+        """Side by side: the sampler charting the chat server's GPU (None without a chat)."""
+        return self._chat_sampler
 
     def live_runs(self) -> list[RunState]:
         """Every run with something alive: the local one, and each Slurm job pending or running."""
@@ -380,8 +391,24 @@ class RunManager:
         findings: list[Finding] | None = None,
     ) -> StartResult:
         """Creates an evaluation run (kind "evaluate", its files already checked by the
-        EvaluationDesk) and launches it like a trainer, unless another run is active here."""
+        EvaluationDesk) and launches it like a trainer, unless another run is active here.
+        Side by side it asks one GPU like a run: it joins the queue and starts at once on a
+        free GPU (its *_VISIBLE_DEVICES in launch.json, as a run's), or waits its turn."""
         findings = list(findings or [])
+        if self.side_by_side:
+            with self._lock, self.queue.locked():
+                try:
+                    self.queue.join(run_id)
+                except QueueFull:
+                    return StartResult(None, findings + [Finding.of("start", "queue-full")])
+                try:
+                    files = {**files, LAUNCH_FILE: launch_file(dict(env), 1)}
+                    self.store.create(name=name, preset=preset, model=model, files=files, run_id=run_id, kind="evaluate", source_run=source_run, state="queued")
+                except BaseException:
+                    self.queue.leave(run_id)
+                    raise
+            self.advance_queue()  # outside the lock (it takes it): starts it if a GPU is free
+            return StartResult(self.store.read(run_id), findings)
         with self._lock, self.queue.locked():
             active = self.active_run()
             if active is not None:
@@ -389,12 +416,13 @@ class RunManager:
             state = self.store.create(name=name, preset=preset, model=model, files=files, run_id=run_id, kind="evaluate", source_run=source_run)
             return StartResult(self.launch(state.id, env), findings)
 
-    def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None) -> RunState:
+    def launch(self, run_id: str, env: Mapping[str, str], command: list[str] | None = None, gpus: tuple[int, ...] | None = None) -> RunState:
         """Starts the trainer (or `command`, a stand-in in tests) of an existing run here, and
-        watches it: telemetry samples it, the backend decides about it."""
+        watches it: telemetry samples it, the backend decides about it. `gpus`: the GPUs it was
+        given side by side (None: the machine, one slot); what else uses them lets go first."""
         try:
             for let_go in self.before_launch:
-                let_go()
+                let_go(gpus)
         except BaseException as error:
             self.launcher.record_start_failed(run_id, error)  # else "starting" while this process lives
             raise
@@ -453,7 +481,7 @@ class RunManager:
         assert node is not None
         with self._lock, self.queue.locked():
             held, ports, asks = self._slot_inputs(node, fail_broken=True)
-            decision = decide(node, held, asks)
+            decision = decide(node, held, asks, avoid=self.chat_gpus().keys())
             first: RunState | None = None
             for grant in decision.start:
                 self.queue.leave(grant.run_id)
@@ -473,7 +501,7 @@ class RunManager:
                     named = next((ask.indices for ask in asks if ask.run_id == grant.run_id), ())  # kept: what it asked for
                     safe_files.write_atomic(run_dir, LAUNCH_FILE, launch_file(env, len(grant.gpus), grant.gpus, gpus_named=named).encode("utf-8"))
                     self.store.update(grant.run_id, state="starting", queued_at=None, **starter_fields())
-                    started = self.launch(grant.run_id, env)
+                    started = self.launch(grant.run_id, env, gpus=grant.gpus)
                     first = first or started
                 except (OSError, ValueError, RunNotFound) as error:
                     self._queued_run_failed(grant.run_id, error)
@@ -532,7 +560,21 @@ class RunManager:
             return None
         with self.queue.locked():
             held, _, asks = self._slot_inputs(node, fail_broken=False)
-        return NodeView(node, held, decide(node, held, asks))
+        chat = dict(self.chat_gpus())
+        return NodeView(node, held, decide(node, held, asks, avoid=chat.keys()), chat)
+
+    def gpu_for_chat(self) -> tuple[int | None, Wait | None]:
+        """Side by side: the GPU a chat server may take now (gpu_slots.guest_gpu: free, not
+        kept for a queued run), or None and why not (the runs holding the GPUs, or the queued
+        run they are kept for). Read without the queue's lock: the chat desk asks under its
+        own lock, which a trainer's start (before_launch) takes under the queue's; a run that
+        starts meanwhile is recorded, with its GPUs, before it asks the chat to let go."""
+        from backend.runs.gpu_slots import guest_gpu
+
+        node = self.node
+        assert node is not None
+        held, _, asks = self._slot_inputs(node, fail_broken=False)
+        return guest_gpu(node, held, asks)
 
     def _queued_run_failed(self, run_id: str, error: BaseException) -> None:
         log.warning("queued run %s could not start: %s", run_id, error)
@@ -853,8 +895,27 @@ class RunManager:
 
     def lend_sampler(self, samples_path: Path | None, pid: int | None) -> bool:
         """Points the sampler at a process that is not a run's trainer (a chat server), or
-        away from it (None). Refused (False) while a run is watched: its chart comes first."""
-        if self.sampler is None or self._watched is not None:
+        away from it (None). Refused (False) while a run is watched: its chart comes first.
+        Side by side a chat server gets a sampler of its own instead (a run starting on
+        another GPU would take the app's), which reads the server's *_VISIBLE_DEVICES from
+        its process and so charts only its GPU."""
+        if self.sampler is None:
+            return False
+        if self.side_by_side:
+            own, self._chat_sampler = self._chat_sampler, None
+            if own is not None:
+                own.watch(None, None)
+                threading.Thread(target=own.stop, daemon=True, name="sampler-stop-chat").start()
+            if samples_path is None:
+                return True
+            from backend.telemetry.sampler import Sampler
+
+            own = Sampler(interval_s=self.sampler.interval_s, sysfs_root=self.sampler.sysfs_root)
+            own.start()
+            own.watch(samples_path, pid)
+            self._chat_sampler = own
+            return True
+        if self._watched is not None:
             return False
         self.sampler.watch(samples_path, pid)
         return True
