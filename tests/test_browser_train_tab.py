@@ -293,6 +293,28 @@ def test_a_fields_problem_and_warning_are_marked_as_such(page_in, browser_locale
     page.wait_for_function("() => !document.querySelector('#learning-rate').classList.contains('rb-field-problem')", timeout=UI_TIMEOUT_MS)
 
 
+@pytest.mark.parametrize("browser_locale", LOCALES)
+def test_gpus_on_this_machine_shows_only_for_this_machine_and_a_gpu_named_twice_is_marked(page_in, browser_locale) -> None:
+    """Issue 30's named GPUs: the one field under "Where it runs", shown while Run on says this
+    machine (the Slurm fields while it says Slurm), checked as it is typed, in the page's language."""
+    locale = LOCALES[browser_locale]
+    page = page_in(browser_locale)
+    new_run(page)
+    page.get_by_text(translate("accordion.placement", locale)).click()
+    page.wait_for_selector("#local-gpus", state="visible", timeout=UI_TIMEOUT_MS)
+    assert label("local_gpus", locale) in page.locator("#local-gpus").inner_text()
+    assert not page.locator("#slurm-partition").is_visible()
+    fill(page, "local_gpus", "0,0")
+    wait_for_text(page, "#local-gpus", translate("check.local-gpus-duplicate.problem", locale, gpu=0))
+    page.locator("#run-on").get_by_text(translate("run_on.slurm", locale)).click()
+    page.wait_for_selector("#slurm-partition", state="visible", timeout=UI_TIMEOUT_MS)
+    page.wait_for_selector("#local-gpus", state="hidden", timeout=UI_TIMEOUT_MS)
+    page.locator("#run-on").get_by_text(translate("run_on.local", locale)).click()
+    page.wait_for_selector("#local-gpus", state="visible", timeout=UI_TIMEOUT_MS)
+    fill(page, "local_gpus", "")
+    wait_for_text_gone(page, "#local-gpus", translate("check.local-gpus-duplicate.problem", locale, gpu=0))
+
+
 # --- 15. presets, names, units ------------------------------------------------------------------------
 
 
