@@ -164,10 +164,11 @@ def test_the_thread_samples_and_writes_until_stopped(tmp_path, fake_sys_root):
     samples = tmp_path / "telemetry.jsonl"
     sampler = Sampler([SysfsSource(fake_sys_root, env={})], interval_s=0.05)
     sampler.watch(samples, pid=None)
+    before = set(threading.enumerate())  # another test's sampler may still be stopping: not this one's
     sampler.start()
     sampler.start()  # a second start does not add a second thread
     try:
-        threads = [t for t in threading.enumerate() if t.name == "rocboard-telemetry"]
+        threads = [t for t in threading.enumerate() if t.name == "rocboard-telemetry" and t not in before]
         assert len(threads) == 1 and threads[0].daemon
         wait_until(lambda: samples.exists() and len(samples.read_text().splitlines()) >= 4, 20, 0.02, what="four lines in the samples file")
         assert {r.gpu for r in sampler.latest()} == {0, 1}

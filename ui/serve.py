@@ -374,9 +374,9 @@ def _serve(args: argparse.Namespace, credentials, listed: list[str], dirs: AppDi
         print(f"warning: preset file {error.file} skipped: {error.problem}", file=sys.stderr)
     board.prewarm(then_doctor=True)
     # The node's slots: each GPU the app sees (or --cpu-slots): runs side by side on their own.
-    from backend.runs.gpu_slots import node_gpus
+    from backend.runs.gpu_slots import node_gpu_addresses, node_gpus
 
-    board.set_node(node_gpus(Path(args.sysfs_root), cpu_slot_count=args.cpu_slots))
+    board.set_node(node_gpus(Path(args.sysfs_root), cpu_slot_count=args.cpu_slots), node_gpu_addresses(Path(args.sysfs_root)))
     active = board.reattach()
     if active is not None:
         print(f"Re-attached to run {active.id} ({active.state}).", file=sys.stderr)

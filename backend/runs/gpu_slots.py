@@ -3,7 +3,8 @@ is pure (no file, no process, no clock): the run manager gives it what it knows 
 it says; `node_gpus` reads which GPUs the app sees, once, when the app starts.
 
 Its inputs:
-- the node: the GPU indices the app sees (HIP's numbering), or on a CPU machine a number of
+- the node: the GPU indices the app may use (as a run's HIP_VISIBLE_DEVICES names them,
+  `node_gpus`), or on a CPU machine a number of
   slots (0..n-1; one by default, which is "one run at a time" as before);
 - what each live run holds (run id -> its GPU indices);
 - the queue, in order: each run asks for a count of GPUs (from its multi-GPU plan) or for
@@ -91,6 +92,7 @@ class NodeView:
     held: Mapping[str, tuple[int, ...]]  # live run -> its GPUs
     decision: Decision  # what the queue would do now (nothing was started for it)
     chat: Mapping[int, str] = field(default_factory=dict)  # GPU -> the run a chat server there serves
+    addresses: Mapping[int, str] = field(default_factory=dict)  # GPU -> its PCI address, where known
 
     def holder(self, gpu: int) -> str | None:
         return next((run_id for run_id, gpus in self.held.items() if gpu in gpus), None)
@@ -109,22 +111,25 @@ def node_gpus(
     cpu_slot_count: int = 1,
     nvidia_gpus_dir: Path | None = None,
 ) -> tuple[int, ...]:
-    """The node's slots: the AMD GPUs this process sees (KFD's topology under `sysfs_root`,
-    after this process's ROCR_/HIP_VISIBLE_DEVICES, numbered as HIP numbers them), at most
-    MAX_GPUS; where there are none, the NVIDIA GPUs it sees (the driver's folders under
+    """The node's slots: the AMD GPUs this process may use (KFD's topology under
+    `sysfs_root`, after this process's ROCR_VISIBLE_DEVICES and then its HIP_VISIBLE_DEVICES
+    or CUDA_VISIBLE_DEVICES), numbered as a child's HIP_VISIBLE_DEVICES names them, which
+    replaces this process's but counts after the ROCR_VISIBLE_DEVICES it inherits
+    (topology.slot_positions: an app started with HIP_VISIBLE_DEVICES=2,3 has the slots 2
+    and 3; docs/multi-gpu.md), indices below MAX_GPUS; where there are none, the NVIDIA GPUs it sees (the driver's folders under
     `nvidia_gpus_dir`, after its CUDA_VISIBLE_DEVICES; numbered as nvidia-smi numbers them,
     since a run's CUDA_VISIBLE_DEVICES replaces the app's: backend/telemetry/nvidia_smi.py);
     on a machine without either, `cpu_slot_count` CPU slots. `nvidia_gpus_dir` None: the
     driver's own /proc/driver/nvidia/gpus with the real /sys, none with a fake sysfs tree (a
     simulated node is only what the tree says)."""
     from backend.telemetry.nvidia_smi import NVIDIA_GPUS_DIR, read_nvidia_gpus, visible_nvidia_positions
-    from backend.telemetry.topology import read_kfd_gpus, visible_gpus
+    from backend.telemetry.topology import read_kfd_gpus, slot_positions
 
     env = os.environ if env is None else env
     kfd = read_kfd_gpus(Path(sysfs_root)) or []
-    seen = visible_gpus(kfd, env)
-    if seen:
-        return tuple(g.index for g in seen)[:MAX_GPUS]
+    usable = [p for p in slot_positions(kfd, env) if p < MAX_GPUS]
+    if usable:
+        return tuple(usable)
     if nvidia_gpus_dir is None and Path(sysfs_root) == Path("/sys"):
         nvidia_gpus_dir = NVIDIA_GPUS_DIR
     if nvidia_gpus_dir is not None:
@@ -132,6 +137,16 @@ def node_gpus(
         if nvidia:
             return tuple(nvidia)
     return cpu_slots(cpu_slot_count)
+
+
+def node_gpu_addresses(sysfs_root: Path = Path("/sys"), env: Mapping[str, str] | None = None) -> dict[int, str]:
+    """The PCI address of each AMD GPU slot `node_gpus` gives (none for NVIDIA or CPU slots):
+    the node panel shows it beside the slot, so a user of rocm-smi or amd-smi, whose row
+    numbers may differ from HIP's, knows which GPU it is."""
+    from backend.telemetry.topology import read_kfd_gpus, slot_addresses
+
+    env = os.environ if env is None else env
+    return {slot: address for slot, address in slot_addresses(read_kfd_gpus(Path(sysfs_root)) or [], env).items() if slot < MAX_GPUS}
 
 
 def ask_problem(ask: Ask, node: Sequence[int]) -> str | None:
@@ -226,4 +241,4 @@ def guest_gpu(node: Sequence[int], held: Mapping[str, Sequence[int]], queue: Seq
     return None, next(w for w in decision.waiting if w.run_id == GUEST)
 
 
-__all__ = ["GUEST", "MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "NodeView", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "guest_gpu", "node_gpus"]
+__all__ = ["GUEST", "MAX_GPUS", "MAX_QUEUED", "Ask", "Decision", "Grant", "NodeView", "SlotsError", "Wait", "ask_problem", "cpu_slots", "decide", "guest_gpu", "node_gpu_addresses", "node_gpus"]

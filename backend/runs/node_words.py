@@ -39,7 +39,9 @@ def _busy(reading: Reading | None) -> str:
 
 
 def node_markdown(view: NodeView, readings: Mapping[int, Reading], names: Mapping[str, str], locale: str = "en") -> str:
-    """The node panel: a table of the node's GPUs (who holds each, VRAM used / total, busy %;
+    """The node panel: a table of the node's GPUs (each by the index a run's
+    HIP_VISIBLE_DEVICES and the form's GPU fields use, and its PCI address where known: the
+    name rocm-smi --showbus and amd-smi give it, whose row numbers may differ; who holds each, VRAM used / total, busy %;
     "—" where no reading is at hand), then the queued runs: those that start at the queue's
     next step, and each waiting one with why (its GPUs held and by whom, kept for a run ahead,
     or never possible on this node)."""
@@ -61,7 +63,9 @@ def node_markdown(view: NodeView, readings: Mapping[int, Reading], names: Mappin
         else:
             who = translate("node.free", locale)
         reading = readings.get(gpu)
-        lines.append(f"| {gpu} | {who} | {_vram(reading)} | {_busy(reading)} |")
+        address = view.addresses.get(gpu)  # rocm-smi's and amd-smi's rows are matched by it, not by number
+        label = f"{gpu} · {code_span(address, 64)}" if address else str(gpu)
+        lines.append(f"| {label} | {who} | {_vram(reading)} | {_busy(reading)} |")
     decision = view.decision
     queued = [translate("node.starts", locale, run=_run(grant.run_id, names), gpus=", ".join(map(str, grant.gpus))) for grant in decision.start]
     for wait in decision.waiting:

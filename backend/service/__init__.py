@@ -325,10 +325,11 @@ class RocBoard:
     def active_run(self) -> RunState | None:
         return self.run_manager.active_run()
 
-    def set_node(self, node: Sequence[int] | None) -> None:
+    def set_node(self, node: Sequence[int] | None, addresses: Mapping[int, str] | None = None) -> None:
         """The GPUs (or CPU slots) local runs train on side by side; None or one: one at a time
-        (backend/runs/gpu_slots.py, docs/runs.md)."""
-        self.run_manager.set_node(node)
+        (backend/runs/gpu_slots.py, docs/runs.md). `addresses`: each GPU's PCI address, which
+        the node panel shows beside it."""
+        self.run_manager.set_node(node, addresses)
 
     @property
     def side_by_side(self) -> bool:

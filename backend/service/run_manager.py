@@ -105,16 +105,19 @@ class RunManager:
         # The node's GPU slots (backend/runs/gpu_slots.py): None or one slot is "one run at a
         # time" exactly as before; several put runs side by side, each on its own GPUs.
         self.node: tuple[int, ...] | None = None
+        self.node_addresses: dict[int, str] = {}  # GPU -> its PCI address (the node panel shows it)
         self._own_samplers: dict[str, Sampler] = {}  # side by side: each run after the first its own
         self._chat_sampler: Sampler | None = None  # side by side: the chat server's own
 
-    def set_node(self, node: Sequence[int] | None) -> None:
-        """The GPU indices (or CPU slots) local runs are placed on; None: one at a time."""
+    def set_node(self, node: Sequence[int] | None, addresses: Mapping[int, str] | None = None) -> None:
+        """The GPU indices (or CPU slots) local runs are placed on; None: one at a time.
+        `addresses`: each GPU's PCI address, where known (gpu_slots.node_gpu_addresses)."""
         from backend.runs.gpu_slots import MAX_GPUS, SlotsError
 
         if node is not None and (len(node) > MAX_GPUS or len(set(node)) != len(node) or any(not 0 <= g < MAX_GPUS for g in node)):
             raise SlotsError(f"a node has at most {MAX_GPUS} distinct GPUs, indices 0-{MAX_GPUS - 1}")
         self.node = tuple(node) if node is not None else None
+        self.node_addresses = {gpu: str(address)[:64] for gpu, address in (addresses or {}).items() if node is not None and gpu in node}
 
     @property
     def side_by_side(self) -> bool:
@@ -561,7 +564,7 @@ class RunManager:
         with self.queue.locked():
             held, _, asks = self._slot_inputs(node, fail_broken=False)
         chat = dict(self.chat_gpus())
-        return NodeView(node, held, decide(node, held, asks, avoid=chat.keys()), chat)
+        return NodeView(node, held, decide(node, held, asks, avoid=chat.keys()), chat, dict(self.node_addresses))
 
     def gpu_for_chat(self) -> tuple[int | None, Wait | None]:
         """Side by side: the GPU a chat server may take now (gpu_slots.guest_gpu: free, not

@@ -134,6 +134,28 @@ def visible_positions(count: int, env: Mapping[str, str], uuids: Sequence[str | 
     return [rocr[i] for i in apply_visible_devices(len(rocr), hip_spec, [uuids[p] for p in rocr])]
 
 
+def slot_positions(kfd_gpus: Sequence[KfdGpu], env: Mapping[str, str]) -> list[int]:
+    """The GPUs a process started with `env` may use, as indices a child's own
+    HIP_VISIBLE_DEVICES names them by, ascending: positions among the GPUs left after
+    ROCR_VISIBLE_DEVICES (which a child inherits, so HIP numbers after it there too), kept by
+    the process's HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES), which a child's value
+    replaces. A process with HIP_VISIBLE_DEVICES=2,3 may use 2 and 3 (not 0 and 1, its own
+    names for them): a child given HIP_VISIBLE_DEVICES=2 runs on the first of them."""
+    uuids = [f"{g.unique_id:016x}" if g.unique_id else None for g in kfd_gpus]
+    rocr = apply_visible_devices(len(kfd_gpus), env.get("ROCR_VISIBLE_DEVICES"), uuids)
+    hip_spec = env.get("HIP_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"))
+    return sorted(apply_visible_devices(len(rocr), hip_spec, [uuids[p] for p in rocr]))
+
+
+def slot_addresses(kfd_gpus: Sequence[KfdGpu], env: Mapping[str, str]) -> dict[int, str]:
+    """Each of `slot_positions`' GPUs' PCI address (where KFD gives one): what rocm-smi
+    (`--showbus`), amd-smi and lspci name a GPU by, whose own row numbers follow their own
+    order (often PCI order, not HIP's)."""
+    uuids = [f"{g.unique_id:016x}" if g.unique_id else None for g in kfd_gpus]
+    rocr = apply_visible_devices(len(kfd_gpus), env.get("ROCR_VISIBLE_DEVICES"), uuids)
+    return {slot: address for slot in slot_positions(kfd_gpus, env) if (address := kfd_gpus[rocr[slot]].pci_address)}
+
+
 def visible_gpus(kfd_gpus: Sequence[KfdGpu], env: Mapping[str, str]) -> list[VisibleGpu]:
     """The GPUs a process started with `env` sees, numbered as it numbers them."""
     uuids = [f"{g.unique_id:016x}" if g.unique_id else None for g in kfd_gpus]
