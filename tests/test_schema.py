@@ -26,11 +26,54 @@ NEW = Field(
 )
 
 
+def add_run_field(monkeypatch: pytest.MonkeyPatch, field: Field) -> None:
+    """`field` appended to the schema's table for one test (undone by `monkeypatch`). The page's
+    modules that build tables from the schema once, when first imported (ui/train_tab.py's
+    ALL_FIELDS, FIELD_IDS...), are imported first, from the schema as it is: imported under the
+    patch (a test's own `from ui.train_tab import ...`), they kept the added field after the
+    test, and a later test building the page failed with KeyError on it."""
+    import ui.train_tab  # noqa: F401 (its tables: from the real schema)
+
+    monkeypatch.setattr(schema, "RUN_FIELDS", schema.RUN_FIELDS + (field,))
+
+
 @pytest.fixture
 def added_field(monkeypatch: pytest.MonkeyPatch) -> Field:
     """The one edit: the field appended to the schema's table."""
-    monkeypatch.setattr(schema, "RUN_FIELDS", schema.RUN_FIELDS + (NEW,))
+    add_run_field(monkeypatch, NEW)
     return NEW
+
+
+def test_an_added_field_leaves_no_module_holding_it_after_the_test() -> None:
+    """In a fresh interpreter (nothing of the page imported yet): a test's added field, the
+    modules it imports under the patch, then the patch undone: no module of the app still
+    lists the field (test_node_panel's page build failed after this file, with KeyError)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import sys
+import pytest
+from tests.test_schema import NEW, add_run_field
+with pytest.MonkeyPatch.context() as patch:
+    add_run_field(patch, NEW)
+    from ui.train_tab import build_form_fields  # what the tests import under the patch
+    from ui.widgets import Texts
+    from ui.app import build_ui
+kept = []
+for name, module in sorted(sys.modules.items()):
+    if not name.startswith(("ui", "backend")) or module is None:
+        continue
+    for attribute, value in vars(module).items():
+        if isinstance(value, (tuple, list, set, frozenset, dict)) and NEW.name in value:
+            kept.append(f"{name}.{attribute}")
+print(" ".join(kept) or "none")
+"""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "none"
 
 
 def test_an_added_field_is_in_the_defaults_the_yaml_the_import_and_the_page(added_field: Field) -> None:
