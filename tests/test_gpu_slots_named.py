@@ -157,3 +157,37 @@ def test_submit_names_gpus_and_a_bad_list_is_refused_before_anything_is_made(tmp
         assert submit_main([str(config), "--gpus", gpus, "--runs-dir", str(runs), "--cpu-slots", "2"], out, err) == EXIT_REFUSED
         assert "local_gpus: GPUs on this machine" in err.getvalue() and words in err.getvalue(), err.getvalue()
         assert out.getvalue() == "" and RunStore(runs).list() == []
+
+
+def test_a_resume_asks_for_the_gpus_it_named_again(runs, monkeypatch) -> None:
+    """A stopped run that named GPU 1 resumes on GPU 1 (GPU 0 free too, which a count would
+    take), from its form.json's local_gpus; while another run holds GPU 1 it waits for it."""
+    from backend.config.run_form import saved_form
+    from backend.runs import FORM_FILE
+    from tests.test_resume import make_run
+
+    board = board_on(runs, monkeypatch, (0, 1))
+    store, rm = board.store, board.run_manager
+    stopped = make_run(store)
+    form = {**demo_form(), "local_gpus": "1"}
+    config, findings, preset = board.pipeline.parse(form)
+    plan, _ = board.pipeline.plan_of(form, preset)
+    placement, _ = board.pipeline.placement_of(form, preset)
+    assert findings == [] and placement == LocalPlacement(gpus=(1,))
+    (runs / stopped / FORM_FILE).write_text(json.dumps(saved_form(config, plan, placement)))
+
+    resumed = rm.resume(stopped)
+    assert resumed.findings == [] and resumed.run.state == "running"
+    assert rm.gpus_of(stopped) == (1,) and environ(resumed.run.pid)["HIP_VISIBLE_DEVICES"] == "1"
+    assert read_launch_named(runs / stopped) == (1,) and read_launch_gpus(runs / stopped) == (1, (1,))
+
+    rm.stop(stopped)
+    holder = start(board, "holder", "1")
+    assert holder.run.state == "running" and rm.gpus_of(holder.run.id) == (1,)
+    again = rm.resume(stopped)
+    assert again.findings == [] and again.run.state == "queued"  # GPU 0 is free: not its GPU
+    view = rm.node_view()
+    assert [(w.run_id, w.reason, w.held_by) for w in view.decision.waiting] == [(stopped, "busy", (holder.run.id,))]
+    rm.stop(holder.run.id)
+    assert rm.advance_queue().id == stopped and rm.gpus_of(stopped) == (1,)
+    assert environ(store.read(stopped).pid)["HIP_VISIBLE_DEVICES"] == "1"
