@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LocalPlacement:
-    """This machine. `gpus`: the GPU indices (HIP's numbering on the node; CPU slots on a
-    machine without GPUs) the run asks for by name; (): the node picks free ones."""
+    """This machine. `gpus`: the GPU indices (the node's slots, as the run's own
+    HIP_VISIBLE_DEVICES names them: gpu_slots.node_gpus; CPU slots on a machine without
+    GPUs) the run asks for by name; (): the node picks free ones."""
 
     gpus: tuple[int, ...] = ()
     kind: Literal["local"] = "local"
