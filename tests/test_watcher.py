@@ -334,3 +334,74 @@ def test_a_tab_nobody_sees_asks_nothing_and_catches_up_when_shown(chromium, serv
         context.close()
         if stand_in.poll() is None:
             stand_in.kill()
+
+
+# The node panel's refresh, by Gradio function index: the event whose outputs are the panel and
+# whose trigger is not a tab's select or a button a person presses (its hidden tick button; a
+# gr.Timer's tick before, which the test must see too to fail on it).
+NODE_TICK_JS = """() => {
+  const config = window.gradio_config || {};
+  const byId = Object.fromEntries((config.components || []).map(c => [c.id, c]));
+  const panel = (config.components || []).find(c => c.props?.elem_id === 'runs-node');
+  return (config.dependencies || []).filter(d => (d.outputs || []).includes(panel?.id) && (d.targets || []).some(([id, event]) =>
+    event === 'tick' || byId[id]?.props?.elem_id === 'runs-node-tick')).map(d => d.id);
+}"""
+
+
+def node_ticks(requests: list[tuple[float, str, str | None]], tick_fns: list[int], since: float) -> int:
+    """The node panel's refreshes the page sent after `since`."""
+    count = 0
+    for at, url, body in list(requests):
+        if at >= since and "/queue/join" in url and body:
+            try:
+                count += json.loads(body).get("fn_index") in tick_fns
+            except ValueError:
+                continue
+    return count
+
+
+@pytest.mark.browser
+def test_the_node_panel_refreshes_only_while_it_shows(chromium, tmp_path, starts_app_server):
+    """On a node of two (simulated) GPUs the Runs tab shows the node panel, refreshed every 3 s
+    while it shows; not while another tab is chosen or the browser tab is hidden."""
+    from backend.i18n import translate
+    from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards
+
+    sysfs = build_fake_sysfs(tmp_path / "sys", server_cards(2), bmc_vga=False)
+    with AppServer("--sysfs-root", str(sysfs), "--no-warm-start", workdir=tmp_path / "app") as app:
+        context = chromium.new_context(locale="en-US")
+        try:
+            page = context.new_page()
+            requests: list[tuple[float, str, str | None]] = []
+            page.on("request", lambda request: requests.append((time.time(), request.url, request.post_data)))
+            page.goto(app.url)
+            page.get_by_role("tab", name=translate("tab.runs", "en")).click()
+            page.wait_for_selector("#runs-node", state="visible", timeout=60_000)
+            tick_fns = page.evaluate(NODE_TICK_JS)
+            assert len(tick_fns) == 1
+            shown_from = time.time()
+            for _ in range(20):  # every 3 s while it shows (a busy server answers late)
+                page.wait_for_timeout(1000)
+                if node_ticks(requests, tick_fns, shown_from) >= 2:
+                    break
+            assert node_ticks(requests, tick_fns, shown_from) >= 2
+
+            page.get_by_role("tab", name=translate("tab.train", "en")).click()
+            page.wait_for_function("() => document.getElementById('runs-node').getClientRects().length === 0", timeout=30_000)
+            hidden_from = time.time() + 1.0
+            page.wait_for_timeout(7500)
+            assert node_ticks(requests, tick_fns, hidden_from) == 0
+
+            page.get_by_role("tab", name=translate("tab.runs", "en")).click()
+            page.wait_for_selector("#runs-node", state="visible", timeout=30_000)
+            page.evaluate("""() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+                document.dispatchEvent(new Event('visibilitychange')); }""")
+            hidden_from = time.time() + 1.0
+            page.wait_for_timeout(7500)
+            assert node_ticks(requests, tick_fns, hidden_from) == 0
+            page.evaluate("""() => { delete document.hidden; document.dispatchEvent(new Event('visibilitychange')); }""")
+            back = time.time()
+            page.wait_for_timeout(1000)
+            assert node_ticks(requests, tick_fns, back) >= 1  # at once when the browser tab is in front again
+        finally:
+            context.close()

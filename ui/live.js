@@ -13,6 +13,7 @@
 // the web process spent (BENCHMARKS.md section 12). When the panel shows again (a tab
 // switch: the chart's size changes; visibilitychange) it asks at once and brings the charts,
 // the bar and the panel up to date.
+// At the end: the Runs tab's node panel's refresh, pressed on the same rule (only while shown).
 (() => {
   if (window.rocboardLive) return;
   const settings = window.rocboardLiveSettings || {};
@@ -232,6 +233,22 @@
       asking = false;
     }
   }
+
+  // The Runs tab's node panel (ui/runs_tab.py, side by side only): its refresh, the hidden
+  // #runs-node-tick button, pressed every node_tick_ms while the panel shows, and at once when
+  // the browser tab comes to the front (a switch to the Runs tab refreshes it by itself). Not
+  // while the browser tab is hidden, nor while another tab of the page is chosen, where the
+  // gr.Timer it replaces ticked on (a node_markdown and a Gradio event every 3 s for a panel
+  // nobody sees). With one slot the panel is hidden (no layout box): never pressed.
+  const NODE_TICK_MS = settings.node_tick_ms || 3000;
+  function nodeTick() {
+    const panel = document.getElementById("runs-node");
+    if (document.hidden || !panel || panel.getClientRects().length === 0) return;
+    const button = document.getElementById("runs-node-tick");
+    if (button) button.click();
+  }
+  setInterval(nodeTick, NODE_TICK_MS);
+  document.addEventListener("visibilitychange", nodeTick);
 
   window.rocboardLive = { tick, drawn };
   setInterval(tick, TICK_MS);

@@ -14,7 +14,9 @@ chosen) or the browser tab in the background (`document.hidden`). A tab left on 
 with 8 runs live spent most of its CPU, and most of what it cost this process, on the hidden
 Train tab's questions, chart redraws and refresh events (BENCHMARKS.md section 12). When the
 panel shows again (a tab switch, visibilitychange) the script asks at once and the charts,
-the progress bar and the panel catch up.
+the progress bar and the panel catch up. The same script presses the Runs tab's node panel
+refresh (`#runs-node-tick`, ui/runs_tab.py) every NODE_TICK_MS on the same rule, in place of a
+gr.Timer, which ticks on a tab not chosen too.
 
 plotly.js is plotly's "basic" bundle (scatter, bar, pie: all the charts need), kept in
 ui/static/ (plotly.js-basic-dist-min 4.1.1, MIT, the version the plotly package ships): a
@@ -54,6 +56,7 @@ LIVE_PATH = "/rocboard/live"
 PLOTLY_PATH = "/rocboard/plotly.min.js"
 MAX_QUERY_BYTES = 400
 TICK_MS = 1000
+NODE_TICK_MS = 3000  # the Runs tab's node panel refreshed while it shows (ui/runs_tab.py, side by side only)
 # What ui/live.js sends, each field at most once, and the shape of its value: a run id as the
 # run store makes them (or none), a language code, a version (version_key: hex), "1". A query
 # of any other shape (another field, a field twice, non-ASCII, a value too long) is a 400.
@@ -231,9 +234,10 @@ async def _answer(send: Send, status: int, body: bytes, content_type: str, lengt
 
 
 def live_script() -> str:
-    """The page's watcher, put in the page's <head>. No user text is in it."""
+    """The page's watcher (and the node panel's refresh, pressed only while the panel shows),
+    put in the page's <head>. No user text is in it."""
     source = (Path(__file__).with_name("live.js")).read_text(encoding="utf-8")
-    settings = json.dumps({"live": LIVE_PATH.lstrip("/"), "plotly": f"{PLOTLY_PATH.lstrip('/')}?v={plotly_version()}", "tick_ms": TICK_MS})
+    settings = json.dumps({"live": LIVE_PATH.lstrip("/"), "plotly": f"{PLOTLY_PATH.lstrip('/')}?v={plotly_version()}", "tick_ms": TICK_MS, "node_tick_ms": NODE_TICK_MS})
     return f"<script>window.rocboardLiveSettings = {settings};\n{source}</script>"
 
 

@@ -31,8 +31,6 @@ RUNS_CSS = (
 # words in either language in a 1,200-pixel window (a 960-pixel table): "finished (attempt 2)"
 # and "已完成（第 2 次尝试）" on one line, a loss, "41.6 · 44.9", "59 分 59 秒"; a run id, a name,
 # "Slurm job 123456" and a start time take two lines where they must.
-NODE_POLL_S = 3.0  # the node panel's refresh while the page is open (side by side only)
-
 RUNS_COLUMN_WIDTHS = ["14.6%", "9.6%", "16.9%", "12%", "6.9%", "7.5%", "10.8%", "10%", "11.7%"]
 
 
@@ -66,11 +64,15 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
     # This machine's queue (in the order the runs start; its buttons only while a run waits in
     # it), then Slurm's (only where Slurm is set up here or a run used it).
     # Side by side (more than one GPU or CPU slot): the node, each GPU and who holds it, and
-    # why each queued run waits; followed by a timer that sends nothing while it is unchanged.
+    # why each queued run waits; refreshed every 3 s while it shows, sending nothing while unchanged.
     node_text = board.node_markdown("en")
     node_box = gr.Markdown(node_text or "", visible=node_text is not None, elem_id="runs-node")
     node_shown = gr.State(node_text or "")  # what this page shows now: a tick equal to it sends nothing
-    node_timer = gr.Timer(NODE_POLL_S, active=node_text is not None)
+    # Its refresh: a hidden button that ui/live.js presses every 3 s (NODE_TICK_MS) while the panel
+    # shows (its tab chosen, the browser tab in front). Not a gr.Timer: Gradio's timer ticks on
+    # a tab not chosen too (it only skips while the browser tab is hidden), which with 8 runs
+    # live was a node_markdown and a Gradio event every 3 s for a panel nobody saw.
+    node_tick = gr.Button("", elem_id="runs-node-tick", elem_classes=["rb-hidden"])
     queue_box = gr.Markdown(elem_id="queue")
     with gr.Row(visible=False, elem_id="queue-controls") as queue_controls:
         queue_pick = texts.label(gr.Dropdown(choices=[], value=None, label=texts("queue.pick"), elem_id="queue-pick"), "queue.pick")
@@ -106,7 +108,7 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
             return gr.skip(), gr.skip()
         return gr.update(value=text, visible=True), text
 
-    node_timer.tick(on_node_tick, [locale_state, node_shown], [node_box, node_shown], show_progress="hidden")
+    node_tick.click(on_node_tick, [locale_state, node_shown], [node_box, node_shown], show_progress="hidden")
 
     def on_move(offset: int):
         def move(run_id: str | None, locale: str):
