@@ -162,3 +162,35 @@ def test_pick_temperature_prefers_edge():
     assert pick_temperature({"junction": 60.0, "edge": 50.0}) == 50.0
     assert pick_temperature({"temp1": 40.0}) == 40.0
     assert pick_temperature({}) is None
+
+
+@pytest.mark.parametrize("visible, card", [("2", 2), ("", None)])
+def test_a_run_on_one_gpu_of_eight_reads_only_its_card(tmp_path, monkeypatch, visible, card):
+    """Side by side each run's sampler reads its own GPU, so a node of 8 runs reads each GPU
+    once a tick, not 8 times. A run that sees no GPU charts none (its readings are empty),
+    yet every card is read to tell whether VRAM can be read at all."""
+    from backend.telemetry import sysfs
+    from backend.telemetry.fake_sysfs import server_cards
+
+    root = build_fake_sysfs(tmp_path / "sys", server_cards(8), bmc_vga=False)
+    source = SysfsSource(root, env={"HIP_VISIBLE_DEVICES": visible})
+    assert source.probe().available
+    read: list[int] = []
+    original = sysfs.read_card
+    monkeypatch.setattr(sysfs, "read_card", lambda c, at=None: read.append(c.card) or original(c, at))
+    readings = source.read()
+    if card is None:
+        assert readings == [] and source.last_failure == "" and sorted(read) == list(range(8))
+    else:
+        assert [(r.gpu, r.label) for r in readings] == [(0, "GPU 0 (gfx90a)")] and read == [card]
+    # the other cards' VRAM unreadable: the run's own GPU is still charted, read alone; a run
+    # that sees none now finds no card readable (the sampler backs off)
+    for other in range(8):
+        if other != card:
+            (root / "class" / "drm" / f"card{other}" / "device" / "mem_info_vram_total").unlink()
+    read.clear()
+    again = source.read()
+    if card is None:
+        assert again == [] and source.last_failure == "no card's VRAM could be read"
+    else:
+        assert [(r.gpu, r.total_bytes) for r in again] == [(0, readings[0].total_bytes)] and read == [card] and source.last_failure == ""

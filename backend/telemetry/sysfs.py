@@ -22,7 +22,9 @@ from backend.telemetry.topology import (
     CardIdentity,
     KfdGpu,
     VisibleGpu,
+    as_run_readings,
     read_kfd_gpus,
+    run_cards,
     to_run_indices,
     visible_gpus,
     with_visibility,
@@ -170,12 +172,14 @@ class SysfsSource:
         self._identities: dict[int, CardIdentity] = {}
         self._kfd: list[KfdGpu] | None = None
         self._gpus: list[VisibleGpu] | None = None
+        self._seen: list[tuple[VisibleGpu, SysfsCard]] | None = None  # the cards the run sees (None: not yet worked out)
 
     def probe(self) -> SourceStatus:
         self._cards = find_amd_cards(self.sysfs_root)
         self._identities = {c.card: CardIdentity(c.card, c.pci_address, c.render_minor) for c in self._cards}
         self._kfd = read_kfd_gpus(self.sysfs_root)
         self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
+        self._seen = None
         if not self._cards:
             return SourceStatus(
                 self.name,
@@ -206,13 +210,26 @@ class SysfsSource:
         """Show the GPUs the run sees, by the run's own *_VISIBLE_DEVICES (after probe)."""
         self.env = with_visibility(self.env, run_env)
         self._gpus = visible_gpus(self._kfd, self.env) if self._kfd is not None else None
+        self._seen = None
 
     def read(self) -> list[Reading]:
-        readings = read_sysfs_cards(self._cards)
-        self.last_failure = (
-            "" if any(r.total_bytes is not None for r in readings) else "no card's VRAM could be read"
-        )
-        return to_run_indices(readings, self._identities, self._gpus, self.env)
+        # Only the cards the run sees are read (which they are needs no reading): side by
+        # side, each run's sampler reads its own GPUs, so each GPU is read once a tick.
+        seen = self._cards_seen()
+        readings = read_sysfs_cards([card for _, card in seen])
+        readable = any(r.total_bytes is not None for r in readings)
+        if not readable:  # none of its cards (or it sees none): is any card readable at all?
+            others = [card for card in self._cards if all(card is not mine for _, mine in seen)]
+            readable = any(r.total_bytes is not None for r in read_sysfs_cards(others))
+        self.last_failure = "" if readable else "no card's VRAM could be read"
+        return as_run_readings([(gpu, reading) for (gpu, _), reading in zip(seen, readings, strict=True)])
+
+    def _cards_seen(self) -> list[tuple[VisibleGpu, SysfsCard]]:
+        """The cards the run sees, each with the GPU it is to the run, in the run's order."""
+        if self._seen is None:
+            by_number = {c.card: c for c in self._cards}
+            self._seen = [(gpu, by_number[card]) for gpu, card in run_cards(list(by_number), self._identities, self._gpus, self.env)]
+        return self._seen
 
 
 def read_sysfs_cards(cards: list[SysfsCard]) -> list[Reading]:

@@ -172,6 +172,32 @@ class CardIdentity:
     render_minor: int | None = None
 
 
+def run_cards(
+    cards: Sequence[int],
+    identities: Mapping[int, CardIdentity],
+    gpus: Sequence[VisibleGpu] | None,
+    env: Mapping[str, str],
+) -> list[tuple[VisibleGpu, int]]:
+    """The cards (by card number) the run sees, each with the GPU it is to the run, in the
+    run's device order: to_run_indices's matching, which needs no reading, so a source can
+    read only these cards (a run on one GPU of eight reads one card a tick, not eight).
+
+    Without a KFD topology (`gpus` None), or when no card has a PCI address or render node,
+    cards are taken in card order (what HIP does on a machine with no other GPUs) and the
+    visible-device variables are applied to that order.
+    """
+    ordered = sorted(cards)
+    identified = any((i := identities.get(card)) is not None and (i.pci_address or i.render_minor is not None) for card in ordered)
+    if gpus is None or not identified:
+        return [(VisibleGpu(index, None, None, None, False), ordered[position]) for index, position in enumerate(visible_positions(len(ordered), env))]
+    matched: list[tuple[VisibleGpu, int]] = []
+    for gpu in gpus:
+        card = next((c for c in ordered if _same_card(identities.get(c), gpu)), None)
+        if card is not None:
+            matched.append((gpu, card))
+    return matched
+
+
 def to_run_indices(
     readings: Sequence[Reading],
     identities: Mapping[int, CardIdentity],
@@ -179,26 +205,17 @@ def to_run_indices(
     env: Mapping[str, str],
 ) -> list[Reading]:
     """Readings keyed by card number -> readings keyed by the run's device index, keeping
-    only GPUs the run sees, dropping carve-out iGPUs and labelling larger integrated ones.
+    only GPUs the run sees (run_cards), dropping carve-out iGPUs and labelling larger
+    integrated ones."""
+    by_card: dict[int, Reading] = {}
+    for reading in sorted(readings, key=lambda r: r.gpu):
+        by_card.setdefault(reading.gpu, reading)
+    return as_run_readings([(gpu, by_card[card]) for gpu, card in run_cards(list(by_card), identities, gpus, env)])
 
-    Without a KFD topology (`gpus` None), or when the tool named no PCI address, cards are
-    taken in card order (what HIP does on a machine with no other GPUs) and the
-    visible-device variables are applied to that order.
-    """
-    ordered = sorted(readings, key=lambda r: r.gpu)
-    matched: list[tuple[VisibleGpu, Reading]] = []
-    identified = any(
-        (i := identities.get(r.gpu)) is not None and (i.pci_address or i.render_minor is not None)
-        for r in ordered
-    )
-    if gpus is None or not identified:
-        for index, position in enumerate(visible_positions(len(ordered), env)):
-            matched.append((VisibleGpu(index, None, None, None, False), ordered[position]))
-    else:
-        for gpu in gpus:
-            reading = next((r for r in ordered if _same_card(identities.get(r.gpu), gpu)), None)
-            if reading is not None:
-                matched.append((gpu, reading))
+
+def as_run_readings(matched: Sequence[tuple[VisibleGpu, Reading]]) -> list[Reading]:
+    """Each card's reading as the GPU it is to the run (run_cards), dropping carve-out iGPUs
+    and labelling larger integrated ones."""
     out: list[Reading] = []
     for gpu, reading in matched:
         if reading.total_bytes is not None and reading.total_bytes <= CARVE_OUT_MAX_BYTES:
