@@ -221,11 +221,15 @@ class RunStore:
     def ensure_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def run_dir(self, run_id: str) -> Path:
-        """The directory of run `run_id`; refuses ids that could point outside the runs dir."""
+    def _run_path(self, run_id: str) -> Path:
+        """Where run `run_id` would be; refuses ids that could point outside the runs dir."""
         if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or run_id in (".", ".."):
             raise RunNotFound(f"not a run id: {run_id!r}")
-        path = self.root / run_id
+        return self.root / run_id
+
+    def run_dir(self, run_id: str) -> Path:
+        """The directory of run `run_id`; refuses ids that could point outside the runs dir."""
+        path = self._run_path(run_id)
         # A run directory is a real directory inside the runs dir, and its state file a regular
         # file in it: a symlink planted at either (pointing anywhere) is not a run, so no
         # download or delete can act outside. (Each later open checks again: see safe_files.)
@@ -288,10 +292,18 @@ class RunStore:
         return run
 
     def read(self, run_id: str) -> RunState:
-        run_dir = self.run_dir(run_id)
+        # One walk to the state file, not run_dir's and then the read's: the read refuses what
+        # run_dir refuses (a link at the run or its state file, a state file not a regular file).
+        run_dir = self._run_path(run_id)
         try:
-            return RunState.from_json(json.loads(safe_files.read_text(run_dir, STATE_FILE, SMALL_FILE_MAX_BYTES)))
-        except (OSError, ValueError, TypeError, AttributeError) as error:
+            data = safe_files.read_bytes(run_dir, STATE_FILE, SMALL_FILE_MAX_BYTES)
+        except (FileNotFoundError, NotADirectoryError, safe_files.UnsafePath):
+            raise RunNotFound(f"no run {run_id!r} in {self.root}") from None
+        except OSError as error:
+            raise RunNotFound(f"run {run_id!r} has an unreadable state file: {error}") from None
+        try:
+            return RunState.from_json(json.loads(data.decode("utf-8")))
+        except (ValueError, TypeError, AttributeError) as error:
             raise RunNotFound(f"run {run_id!r} has an unreadable state file: {error}") from None
 
     def update(self, run_id: str, **changes: Any) -> RunState:

@@ -425,10 +425,12 @@ class Launcher:
             return None
         return ProcessIdentity(state.pid, state.pid_started)
 
-    def refresh(self, run_id: str) -> RunState:
+    def refresh(self, run_id: str, state: RunState | None = None) -> RunState:
         """The state of a run we did not start in this process (after a restart): still
-        alive by pid and start time, or ended, with its end derived from its files."""
-        state = self.store.read(run_id)
+        alive by pid and start time, or ended, with its end derived from its files. `state`:
+        the run's state as the caller just read it (not read again)."""
+        if state is None:
+            state = self.store.read(run_id)
         if not state.active or not state.local or self.is_child(run_id):
             return state  # a Slurm run is backend/slurm/executor.py's to settle
         identity = self._identity(state)

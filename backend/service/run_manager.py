@@ -132,7 +132,7 @@ class RunManager:
         if not state.active:
             return state
         if state.local:
-            return self.launcher.refresh(state.id)
+            return self.launcher.refresh(state.id, state)
         return self.slurm.refresh(state)
 
     def refresh(self, run_id: str) -> RunState:
