@@ -472,3 +472,23 @@ def test_the_sampler_does_not_write_through_a_linked_samples_file(tmp_path: Path
     with sampler._lock:
         sampler._write_samples([Reading(gpu=0, used_bytes=1, total_bytes=2, util_pct=None, temp_c=None, power_w=None, source="process", at=1.0)])
     assert (outside / "secret.txt").read_text() == SECRET
+
+
+@pytest.mark.hostile
+def test_one_walk_of_stats_follows_no_link(board, outside: Path) -> None:
+    # safe_files.lstat_many (a look at a live run's files in one walk) says what lstat_in_run
+    # says of each: a link's own stat, never its target's; None past a linked folder.
+    _, run_dir = finished_run(board.store)
+    replace_with_link(run_dir / "train.log", outside / "secret.txt")
+    names = ["train.log", "output/trainer_log.jsonl", "output/missing", "state.json", "nope/x"]
+    many = safe_files.lstat_many(run_dir, names)
+    one_by_one = [safe_files.lstat_in_run(run_dir, name) for name in names]
+    assert [None if s is None else (s.st_ino, s.st_mode) for s in many] == [None if s is None else (s.st_ino, s.st_mode) for s in one_by_one]
+    assert many[0] is not None and many[0].st_ino != (outside / "secret.txt").stat().st_ino and many[2] is None and many[4] is None
+    replace_with_link(run_dir / "output", outside)
+    (outside / "trainer_log.jsonl").write_text(log_line(1))
+    assert safe_files.lstat_many(run_dir, ["output/trainer_log.jsonl", "state.json"])[0] is None
+    moved = run_dir.with_name("moved")
+    run_dir.rename(moved)
+    run_dir.symlink_to(moved)  # the run itself a link: nothing in it is looked at
+    assert safe_files.lstat_many(run_dir, ["state.json", "train.log"]) == [None, None]

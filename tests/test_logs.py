@@ -120,3 +120,76 @@ def test_monitor_alerts_on_nan_grad_norm_from_train_log(tmp_path):
     monitor.poll()
     alert = monitor.alert()
     assert alert is not None and "nan" in alert.lower()
+
+
+def test_unchanged_says_a_read_would_find_nothing_only_for_the_same_file_read_to_its_end(tmp_path):
+    # The monitor skips a file's read when its stat says unchanged (one stat per look at a
+    # quiet run): anything a read would see must make it False.
+    path = tmp_path / "log.jsonl"
+    path.write_text(line(1) + line(2))
+    tail = JsonlTail(path)
+    assert not tail.unchanged(os.lstat(path))  # never read
+    assert len(tail.poll()) == 2
+    assert tail.unchanged(os.lstat(path))
+    assert not tail.unchanged(None)  # gone, or not reachable without a link
+    with open(path, "a") as f:
+        f.write(line(3)[:10])  # a half line: read again until its newline arrives
+    assert not tail.unchanged(os.lstat(path))
+    assert tail.poll() == [] and not tail.unchanged(os.lstat(path))
+    with open(path, "a") as f:
+        f.write(line(3)[10:])
+    assert [r["current_steps"] for r in tail.poll()] == [3] and tail.unchanged(os.lstat(path))
+    # Replaced by a file of the same size, mtime set back: another inode, read from the start.
+    before = os.lstat(path)
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_text(line(1, loss=2.0) + line(2, loss=2.0) + line(3, loss=2.0))
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(replacement, path)
+    assert os.lstat(path).st_size == before.st_size and not tail.unchanged(os.lstat(path))
+    assert [r["loss"] for r in tail.poll()] == [2.0, 2.0, 2.0]
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(path)
+    assert not tail.unchanged(os.lstat(link))  # a link is never the file read
+
+
+def test_the_monitor_reads_what_a_file_gained_and_not_a_quiet_file(tmp_path):
+    from backend.runs import LOG_FILE, SAMPLES_FILE
+    from backend.runs.trainer_log import log_path
+    from backend.service.monitors import RunMonitor
+
+    run_dir = tmp_path / "run"
+    (run_dir / "output").mkdir(parents=True)
+    (run_dir / LOG_FILE).write_text("")
+    (run_dir / SAMPLES_FILE).write_text("")
+    log_path(run_dir).write_text(line(1))
+    monitor = RunMonitor(run_dir)
+    monitor.poll(force=True)
+    assert [p.step for p in monitor.series.points] == [1]
+    opened: list[str] = []
+    from backend.runs import safe_files
+
+    real_open = safe_files.open_in_run
+
+    def counted(directory, relative):
+        opened.append(str(relative))
+        return real_open(directory, relative)
+
+    safe_files.open_in_run = counted
+    try:
+        monitor.poll(force=True)
+        assert opened == []  # nothing changed: three stats, no file opened
+        with open(log_path(run_dir), "a") as f:
+            f.write(line(2))
+        monitor.poll(force=True)
+        assert opened == ["output/trainer_log.jsonl"]
+        assert [p.step for p in monitor.series.points] == [1, 2]
+        # A Slurm run's nodes/ folder, looked for only where it is: its node's samples charted.
+        from backend.telemetry.base import Reading
+
+        (run_dir / "nodes" / "0").mkdir(parents=True)
+        reading = Reading(0, 2**30, 2**34, 50.0, None, None, "sysfs", 1.0, node="n1")
+        (run_dir / "nodes" / "0" / "samples.jsonl").write_text(json.dumps(reading.to_json()) + "\n")
+        monitor.poll(force=True)
+        assert [series.label for series in monitor.memory.values()] == ["n1 · GPU 0"]
+    finally:
+        safe_files.open_in_run = real_open

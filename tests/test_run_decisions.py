@@ -5,6 +5,7 @@ Nothing here asks for a snapshot or a view: no page is polling."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import threading
@@ -111,6 +112,55 @@ def test_a_run_without_the_setting_trains_on_until_it_is_switched_on(board, monk
     board.set_stop_on_nan(run_id, True)  # the page's checkbox, ticked while it trains
     wait_until(lambda: state_on_disk(board, run_id)["state"] == "stopped", 20, what="the switched-on setting to stop it")
     assert state_on_disk(board, run_id)["stop_on_nan"] is True
+
+
+def test_a_look_reads_the_state_again_when_its_file_changed_even_at_the_same_size(board, monkeypatch):
+    # A look at a run whose state file is unchanged takes the state it last read (the process
+    # checked at most every PROCESS_LOOK_S); any write since (a new file, a rewrite in place
+    # of the same size) is read. A separate RunDecisions: the app's own loop looks meanwhile.
+    from backend.service import decisions as decisions_module
+    from backend.service.decisions import RunDecisions
+
+    run_id = launch_stand_in(board, "2.5")
+    path = board.store.root / run_id / "state.json"
+    reads: list[str] = []
+    refresh = board.run_manager.refresh
+    here = threading.current_thread()  # the looker's reads, not the app's loop's
+
+    def counted(rid: str):
+        if threading.current_thread() is here:
+            reads.append(rid)
+        return refresh(rid)
+
+    monkeypatch.setattr(board.run_manager, "refresh", counted)
+    looker = RunDecisions(board.run_manager, board.monitors)
+
+    def age() -> int:  # as if written a minute ago: old enough for its key to be trusted
+        old = time.time_ns() - 60 * 10**9
+        os.utime(path, ns=(old, old))
+        return old
+
+    age()
+    assert looker._state(run_id).name == "stand-in" and len(reads) == 1
+    assert looker._state(run_id).name == "stand-in" and len(reads) == 1  # unchanged: not read
+    # Rewritten in place, same size, just now: read.
+    text = path.read_text()
+    with open(path, "r+") as handle:
+        handle.write(text.replace('"stand-in"', '"stand-ix"'))
+    assert path.read_text() != text and len(path.read_text()) == len(text)
+    assert looker._state(run_id).name == "stand-ix" and len(reads) == 2
+    # Replaced by a file of the same size with the same (old) mtime: another inode, read.
+    old = age()
+    assert looker._state(run_id).name == "stand-ix" and len(reads) == 3
+    replacement = path.with_name("new.json")
+    replacement.write_text(text)
+    os.utime(replacement, ns=(old, old))
+    os.replace(replacement, path)
+    assert looker._state(run_id).name == "stand-in" and len(reads) == 4
+    # The process is still checked, every PROCESS_LOOK_S, with the file unchanged.
+    monkeypatch.setattr(decisions_module, "PROCESS_LOOK_S", 0.0)
+    looker._state(run_id)
+    assert len(reads) == 5
 
 
 def test_the_adapter_zip_is_built_when_the_run_ends_with_no_page_open(board):

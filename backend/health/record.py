@@ -84,11 +84,9 @@ def read_alerts(run_dir: Path, limit: int = MAX_SHOWN) -> list[tuple[HealthAlert
 def last_log_at(run_dir: Path) -> float | None:
     """When the run's trainer last wrote a line: the newer mtime of train.log and its trainer
     log (None when neither is there)."""
-    times = []
-    for relative in (LOG_FILE, trainer_log.log_path(Path(run_dir)).relative_to(run_dir)):
-        found = safe_files.lstat_in_run(run_dir, relative)
-        if found is not None:
-            times.append(found.st_mtime)
+    # Both stats in one walk (no link followed), as lstat_in_run would give each.
+    found = safe_files.lstat_many(run_dir, [LOG_FILE, str(trainer_log.log_path(Path(run_dir)).relative_to(run_dir))])
+    times = [each.st_mtime for each in found if each is not None]
     return max(times) if times else None
 
 

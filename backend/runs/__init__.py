@@ -237,6 +237,12 @@ class RunStore:
             raise RunNotFound(f"no run {run_id!r} in {self.root}")
         return path
 
+    def state_key(self, run_id: str) -> tuple[int, int, int, int] | None:
+        """safe_files.settled_key of the run's state file (its lstat, no link followed): the
+        same key on a later look means the state file was not written in between; None when
+        it is missing, not a regular file, or written too recently to tell."""
+        return safe_files.settled_key(safe_files.lstat_in_run(self._run_path(run_id), STATE_FILE))
+
     def new_run_id(self, name: str) -> str:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         part = run_id_part(name)

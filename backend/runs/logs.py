@@ -20,6 +20,7 @@ import math
 import os
 import re
 import secrets
+import stat
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -78,6 +79,12 @@ class GrowingFile:
             return os.fstat(fd).st_size
         finally:
             os.close(fd)
+
+    def unchanged(self, found: os.stat_result | None) -> bool:
+        """Whether `found` (the file's lstat, no link followed) says a read_new now would find
+        nothing and change nothing: the same file as last read, every byte of it read (no half
+        line waiting). Asked before a read so a look at a quiet file costs one stat."""
+        return found is not None and stat.S_ISREG(found.st_mode) and (found.st_dev, found.st_ino) == self._identity and found.st_size == self.offset and not self._skipping
 
     def read_new(self) -> bytes:
         try:

@@ -19,6 +19,7 @@ import errno
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -137,6 +138,69 @@ def lstat_in_run(run_dir: Path, relative: str | os.PathLike[str]) -> os.stat_res
         return None
     finally:
         os.close(dir_fd)
+
+
+# A file's mtime moves by at least this on a rewrite made this long after it was last
+# written, whatever the filesystem's timestamp granularity (coarse clocks tick every few ms;
+# FAT, some network filesystems keep 1-2 s).
+SETTLED_NS = 2_000_000_000
+
+
+def settled_key(found: os.stat_result | None) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime) of a regular file last written at least SETTLED_NS ago,
+    else None: two equal keys mean the file was not written in between, since a write after
+    the first key moves the mtime (a rewrite in the same clock tick as the write before it,
+    with the same size, would not; a file written that recently has no key)."""
+    if found is None or not stat.S_ISREG(found.st_mode) or found.st_mtime_ns > time.time_ns() - SETTLED_NS:
+        return None
+    return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def lstat_many(run_dir: Path, relatives: list[str]) -> list[os.stat_result | None]:
+    """lstat_in_run of each of `relatives`, in one walk: the run directory (and each folder on
+    the way) opened once for all of them, none through a link. Asked every look at a live run,
+    so a look at files that have not changed costs a few stats."""
+    try:
+        root = open_run_dir(run_dir)
+    except OSError:
+        return [None] * len(relatives)
+    folders: dict[tuple[str, ...], int | None] = {(): root}
+    try:
+        found: list[os.stat_result | None] = []
+        for relative in relatives:
+            parts = _parts(relative)
+            if not parts:
+                found.append(os.fstat(root))
+                continue
+            folder = tuple(parts[:-1])
+            if folder not in folders:
+                folders[folder] = _walk_folders(root, folder)
+            fd = folders[folder]
+            try:
+                found.append(None if fd is None else os.stat(parts[-1], dir_fd=fd, follow_symlinks=False))
+            except OSError:
+                found.append(None)
+        return found
+    finally:
+        for fd in folders.values():
+            if fd is not None:
+                os.close(fd)
+
+
+def _walk_folders(root: int, folder: tuple[str, ...]) -> int | None:
+    """A new descriptor of `folder` under the directory `root`, no link followed; None when missing or refused."""
+    fd = root
+    try:
+        for part in folder:
+            child = _open_dir_at(fd, part, part)
+            if fd != root:
+                os.close(fd)
+            fd = child
+    except OSError:
+        if fd != root:
+            os.close(fd)
+        return None
+    return fd
 
 
 def is_regular_file(run_dir: Path, relative: str | os.PathLike[str]) -> bool:
@@ -259,6 +323,7 @@ __all__ = [
     "is_regular_file",
     "list_dir",
     "lstat_in_run",
+    "lstat_many",
     "make_dir",
     "open_dir_in_run",
     "open_in_run",
@@ -267,6 +332,7 @@ __all__ = [
     "read_bytes",
     "read_tail",
     "read_text",
+    "settled_key",
     "temp_name",
     "write_atomic",
 ]

@@ -26,9 +26,13 @@ from backend.runs import RunNotFound, RunState, RunStore, artifacts
 from backend.runs.trainer_log import log_path, read_best_eval_loss, read_log_tail
 from backend.service.failure import failure_cause_id
 from backend.service.monitors import POLL_INTERVAL_S, Monitors, RunMonitor
-from backend.service.run_manager import RunManager
+from backend.service.run_manager import QUEUE_KEEPER_INTERVAL_S, RunManager
 
 log = logging.getLogger(__name__)
+
+# How often a live run's state is read again (and a re-attached trainer's process checked)
+# while its state file does not change: as often as the queue keeper looks at the queue.
+PROCESS_LOOK_S = QUEUE_KEEPER_INTERVAL_S
 
 
 
@@ -49,6 +53,8 @@ class RunDecisions:
         # run id -> how many times it was followed: a run re-followed (resumed) while its
         # previous end was being dealt with is not dropped with that end.
         self._followed: dict[str, int] = {}
+        # run id -> (its state file's key, the state refresh gave, when): see _state.
+        self._looked: dict[str, tuple[tuple[int, int, int, int], RunState, float]] = {}
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -67,9 +73,10 @@ class RunDecisions:
     def decide(self, run_id: str) -> bool:
         """One look at the run, acting on what is seen; False once nothing is left to do."""
         try:
-            state = self.manager.refresh(run_id)
+            state = self._state(run_id)
         except RunNotFound:
             self._watches.pop(run_id, None)
+            self._looked.pop(run_id, None)
             return False  # gone; its trainer was stopped by refresh
         if state.active:
             monitor = self.monitors.get(run_id)
@@ -82,9 +89,28 @@ class RunDecisions:
             self._watch_health(state, monitor)
             return True
         self._watches.pop(run_id, None)
+        self._looked.pop(run_id, None)
         self._build_adapter_zip(run_id)
         self._announce_end(state)
         return False
+
+    def _state(self, run_id: str) -> RunState:
+        """The run's state as manager.refresh says it, read again only when its state file
+        changed or PROCESS_LOOK_S passed since it was last read. An end this app records
+        (its launcher's wait thread, a stop) is written to the state file, so seen at the next
+        look as before; a re-attached trainer's process is checked every PROCESS_LOOK_S, as
+        often as the queue keeper looks, rather than at every look."""
+        key = self.manager.store.state_key(run_id)  # taken before the read: a write after it changes it
+        now = time.monotonic()
+        looked = self._looked.get(run_id)
+        if key is not None and looked is not None and looked[0] == key and now - looked[2] < PROCESS_LOOK_S:
+            return looked[1]
+        state = self.manager.refresh(run_id)
+        if key is not None and state.active:
+            self._looked[run_id] = (key, state, now)
+        else:
+            self._looked.pop(run_id, None)
+        return state
 
     def health_seen(self, run_id: str) -> float | None:
         """Up to when (a reading's time) the run's GPU health has been decided; None before its
@@ -96,7 +122,7 @@ class RunDecisions:
         """The run's new readings through its health watch; what it says goes to the run's
         alerts.jsonl, and a stall stops the run when the app's setting says so."""
         readings = monitor.take_readings()
-        run_dir = self.manager.store.run_dir(state.id)
+        run_dir = monitor.run_dir  # store.run_dir's checks again at every look add nothing: each read below refuses a link itself
         watched = self._watches.get(state.id)
         if watched is None or watched[0] is not monitor:
             watched = self._watches[state.id] = (monitor, HealthWatch(self.health, read_events(run_dir)))

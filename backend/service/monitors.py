@@ -6,6 +6,7 @@ backend's own decisions (backend/service/decisions.py), share one set of readers
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 import time
@@ -56,6 +57,10 @@ class RunMonitor:
         self.node_tails: dict[str, JsonlTail] = {}
         self._nodes_looked = float("-inf")
         self.console_tail = TextTail(run_dir / LOG_FILE, run_dir=run_dir)  # for grad_norm, which only train.log has
+        from backend.slurm import NODES_DIR
+
+        # What each poll stats in one walk: the three files read, and the nodes/ folder only a Slurm run has.
+        self._relatives = [str(tail.relative) for tail in (self.trainer_log.tail, self.console_tail, self.samples_tail)] + [NODES_DIR]
         self.grad_norms: list[float] = []
         self.series = MetricSeries()
         self.memory: dict[tuple[str, str, int], MemorySeries] = {}
@@ -76,16 +81,22 @@ class RunMonitor:
                 return
             self._last_poll = now
             changed = False
-            for batch in self.trainer_log.poll():
-                changed = self.series.extend(batch) or changed
-            for line in self.console_tail.poll():
-                printed = parse_trainer_print(line)
-                if printed is not None and "grad_norm" in printed:
-                    self.grad_norms.append(printed["grad_norm"])
-                    changed = True
+            # One walk for the three files' stats (no link followed): a file that has not
+            # changed since it was read to its end is not opened (GrowingFile.unchanged).
+            trainer_found, console_found, samples_found, nodes_found = safe_files.lstat_many(self.run_dir, self._relatives)
+            if not self.trainer_log.tail.unchanged(trainer_found):
+                for batch in self.trainer_log.poll():
+                    changed = self.series.extend(batch) or changed
+            if not self.console_tail.unchanged(console_found):
+                for line in self.console_tail.poll():
+                    printed = parse_trainer_print(line)
+                    if printed is not None and "grad_norm" in printed:
+                        self.grad_norms.append(printed["grad_norm"])
+                        changed = True
             if len(self.grad_norms) > MAX_GRAD_NORMS:
                 del self.grad_norms[: len(self.grad_norms) - MAX_GRAD_NORMS]
-            for tail in (self.samples_tail, *self._node_tails(now)):
+            samples_tail = [] if self.samples_tail.unchanged(samples_found) else [self.samples_tail]
+            for tail in (*samples_tail, *self._node_tails(now, nodes_found)):
                 for record in tail.poll():
                     try:
                         reading = Reading.from_json(record)
@@ -96,9 +107,10 @@ class RunMonitor:
             if changed:
                 self.counter += 1
 
-    def _node_tails(self, now: float) -> list[JsonlTail]:
-        """The samples files of a Slurm run's nodes (none for a local run: no nodes/ folder)."""
-        if now - self._nodes_looked >= NODES_LOOK_S:
+    def _node_tails(self, now: float, nodes_found: os.stat_result | None) -> list[JsonlTail]:
+        """The samples files of a Slurm run's nodes (none for a local run: no nodes/ folder).
+        `nodes_found`: the folder's lstat (not listed when it is no folder: list_dir would find nothing)."""
+        if now - self._nodes_looked >= NODES_LOOK_S and nodes_found is not None and stat.S_ISDIR(nodes_found.st_mode):
             self._nodes_looked = now
             from backend.slurm import NODE_SAMPLES_FILE, NODES_DIR
             from backend.slurm.parse import is_number
