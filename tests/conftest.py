@@ -73,6 +73,20 @@ def pytest_collection_finish(session) -> None:
         session.config.add_cleanup(lambda: guard.__exit__(None, None, None))
 
 
+@pytest.fixture
+def runs(tmp_path):
+    """A runs folder of the test's own; every trainer still live in it when the test ends is
+    stopped (by pid and start time), so a failed test leaves no stand-in behind."""
+    from backend.runs import RunStore
+    from backend.runs.launcher import ProcessIdentity, stop_tree
+
+    runs = tmp_path / "runs"
+    yield runs
+    for state in RunStore(runs).list():
+        if state.active and state.pid and state.pid_started:
+            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
+
+
 @pytest.fixture(autouse=True)
 def fast_tier_guard():
     """In a fast session, a test whose code started an expensive process fails, naming it,

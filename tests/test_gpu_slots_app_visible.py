@@ -18,7 +18,7 @@ import pytest
 from backend.runs.gpu_slots import node_gpu_addresses, node_gpus
 from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards, set_busy_percent, set_vram_used
 from backend.telemetry.topology import read_kfd_gpus, visible_gpus
-from tests.test_gpu_slots_queue import STAND_IN, environ, queue_run, runs  # noqa: F401 (runs: the fixture)
+from tests.test_gpu_slots_queue import STAND_IN, environ, queue_run
 
 GIB = 1024**3
 
@@ -52,7 +52,7 @@ def test_a_run_on_any_slot_lands_on_a_gpu_the_app_may_use(tmp_path, app_env, slo
     assert node_gpu_addresses(sysfs, env=app_env) == dict(zip(slots, landed, strict=True))
 
 
-def test_runs_beside_an_app_told_hip_visible_devices_train_and_chart_on_its_gpus(runs, monkeypatch, tmp_path) -> None:  # noqa: F811
+def test_runs_beside_an_app_told_hip_visible_devices_train_and_chart_on_its_gpus(runs, monkeypatch, tmp_path) -> None:
     from backend.service import RocBoard
     from backend.telemetry.sampler import Sampler
     from tests.harness import wait_until

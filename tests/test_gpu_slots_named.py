@@ -77,17 +77,6 @@ def test_a_count_other_than_the_plans_is_refused(tmp_path) -> None:
     assert not any(f.rule == "local-gpus-count" for f in board.pipeline.parse(two)[1])
 
 
-@pytest.fixture
-def runs(tmp_path):
-    runs = tmp_path / "runs"
-    yield runs
-    from backend.runs.launcher import ProcessIdentity, stop_tree
-
-    for state in RunStore(runs).list():
-        if state.active and state.pid and state.pid_started:
-            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
-
-
 def board_on(runs, monkeypatch, node: tuple[int, ...]) -> RocBoard:
     board = RocBoard(runs)
     board.set_node(node)

@@ -42,17 +42,6 @@ def queue_run(store: RunStore, name: str, asked: int) -> str:
     return store.create(name=name, preset="cpu-demo", model="demo", files=files, run_id=run_id, state="queued").id
 
 
-@pytest.fixture
-def runs(tmp_path):
-    runs = tmp_path / "runs"
-    yield runs
-    from backend.runs.launcher import ProcessIdentity, stop_tree
-
-    for state in RunStore(runs).list():
-        if state.active and state.pid and state.pid_started:
-            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
-
-
 def test_runs_start_on_their_own_gpus_and_ports_and_a_two_gpu_run_is_not_starved(runs, monkeypatch):
     rm = manager(runs, monkeypatch)
     store = rm.store

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.runs import RunStore
 from backend.runs.gpu_slots import node_gpus
 from backend.runs.queue import RunQueue, read_launch_gpus
 from backend.service import RocBoard
@@ -40,17 +39,6 @@ sys.exit(submit_main(sys.argv[1:]))
 def submit(config: Path, runs: Path, sysfs: Path) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-c", SUBMIT, str(config), "--runs-dir", str(runs), "--sysfs-root", str(sysfs)]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture
-def runs(tmp_path):
-    runs = tmp_path / "runs"
-    yield runs
-    from backend.runs.launcher import ProcessIdentity, stop_tree
-
-    for state in RunStore(runs).list():
-        if state.active and state.pid and state.pid_started:
-            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
 
 
 @pytest.mark.timeout(600)
