@@ -23,11 +23,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from backend.i18n import Message, translate
 from backend.runs_cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, _board, _common, _finding_line, _locale, _options, _preset_form, _read_config
 from backend.sweep.status import print_view, values_text
+
+if TYPE_CHECKING:
+    from backend.sweep.desk import SweepPlan
+    from backend.sweep.spec import SweepRefused
 
 GIB = 1024**3
 WAIT_INTERVAL_S = 2.0
@@ -58,7 +62,6 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         return status
     locale = _locale(options.lang)
     from backend.findings import has_problems
-    from backend.sweep.desk import SweepStartRefused
     from backend.sweep.spec import SweepRefused, SweepSpec, parse_vary
 
     if options.add_to:
@@ -70,8 +73,7 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
         spec = SweepSpec(tuple(parse_vary(text) for text in options.vary), options.seeds)
         early_stop = parse_early_stop(options.early_stop) if options.early_stop else None
     except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
+        return _refused(refused, locale, err)
     if early_stop is not None and not options.wait and not options.dry_run and not _board(options.runs_dir).run_manager.queue_keeper_alive():
         # The rule is applied by the app's queue keeper, or by this command if it stays.
         err.write(translate("sweep.cli.refused", locale, reason=translate("sweep.cli.early-stop-needs-wait", locale)) + "\n")
@@ -96,24 +98,15 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
     try:
         plan = desk.plan(spec, load.values, name)
     except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
-    for cost in plan.costs:
-        err.write(translate("sweep.cli.run", locale, name=cost.name, values=values_text(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
-    err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
+        return _refused(refused, locale, err)
+    _print_plan(plan, locale, err)
     if options.dry_run:
         err.write(translate("sweep.cli.dry-run", locale) + "\n")
         return EXIT_OK
     try:
         record = desk.create(spec, load.values, name, options.metric, early_stop=early_stop)
-    except SweepStartRefused as refused:
-        for finding in refused.findings:
-            err.write(_finding_line(finding, locale) + "\n")
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
-    except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
+    except SweepRefused as refused:  # SweepStartRefused too: its runs' findings first
+        return _refused(refused, locale, err)
     out.write(record.id + "\n")
     err.write(translate("sweep.cli.queued", locale, runs=len(record.runs), id=record.id) + "\n")
     if options.wait:
@@ -135,7 +128,6 @@ def sweep_main(argv: list[str], out: TextIO | None = None, err: TextIO | None = 
 def add_main(options: argparse.Namespace, locale: str, out: TextIO, err: TextIO) -> int:
     """`sweep --add-to ID --vary FIELD=V1,V2`: the runs the added values make, each with its
     cost, then (unless --dry-run) started like the sweep's others; on stdout the new runs' ids."""
-    from backend.sweep.desk import SweepStartRefused
     from backend.sweep.record import SweepNotFound
     from backend.sweep.spec import SweepRefused, parse_vary
 
@@ -151,11 +143,8 @@ def add_main(options: argparse.Namespace, locale: str, out: TextIO, err: TextIO)
         err.write(translate("sweep.cli.not-found", locale, id=str(options.add_to)[:80]) + "\n")
         return EXIT_USAGE
     except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
-    for cost in plan.costs:
-        err.write(translate("sweep.cli.run", locale, name=cost.name, values=values_text(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
-    err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
+        return _refused(refused, locale, err)
+    _print_plan(plan, locale, err)
     if options.dry_run:
         err.write(translate("sweep.cli.dry-run", locale) + "\n")
         return EXIT_OK
@@ -165,14 +154,8 @@ def add_main(options: argparse.Namespace, locale: str, out: TextIO, err: TextIO)
     except SweepNotFound:
         err.write(translate("sweep.cli.not-found", locale, id=str(options.add_to)[:80]) + "\n")
         return EXIT_USAGE
-    except SweepStartRefused as refused:
-        for finding in refused.findings:
-            err.write(_finding_line(finding, locale) + "\n")
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
-    except SweepRefused as refused:
-        err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
-        return EXIT_REFUSED
+    except SweepRefused as refused:  # SweepStartRefused too: its runs' findings first
+        return _refused(refused, locale, err)
     added = record.runs[before:]
     for member in added:
         out.write(member.run_id + "\n")
@@ -180,6 +163,23 @@ def add_main(options: argparse.Namespace, locale: str, out: TextIO, err: TextIO)
     if not board.run_manager.queue_keeper_alive():
         err.write(translate("sweep.cli.no-keeper", locale) + "\n")
     return EXIT_OK
+
+
+def _print_plan(plan: SweepPlan, locale: str, err: TextIO) -> None:
+    """Each planned run with its values and cost, then the totals (a new sweep's or added runs')."""
+    for cost in plan.costs:
+        err.write(translate("sweep.cli.run", locale, name=cost.name, values=values_text(cost.values), gib=f"{cost.device_bytes / GIB:.1f}", gpus=cost.gpus) + "\n")
+    err.write(translate("sweep.cli.total", locale, runs=len(plan.runs), gpus=plan.total_gpus, gib=f"{plan.total_device_bytes / GIB:.1f}") + "\n")
+
+
+def _refused(refused: SweepRefused, locale: str, err: TextIO) -> int:
+    """Says why nothing was made (a refused run's findings first, when a Start refused one)."""
+    from backend.sweep.desk import SweepStartRefused
+
+    for finding in refused.findings if isinstance(refused, SweepStartRefused) else ():
+        err.write(_finding_line(finding, locale) + "\n")
+    err.write(translate("sweep.cli.refused", locale, reason=refused.message.text(locale)) + "\n")
+    return EXIT_REFUSED
 
 
 def parse_early_stop(text: str) -> tuple[int, float]:
