@@ -14,7 +14,7 @@ import gradio as gr
 from backend.runs.gpu_slots import Ask, NodeView, decide
 from backend.runs.node_words import node_markdown, readings_on_node
 from backend.telemetry.base import Reading
-from tests.test_gpu_slots_queue import STAND_IN, queue_run, runs  # noqa: F401 (runs: the fixture)
+from tests.test_gpu_slots_queue import STAND_IN, queue_run
 
 GIB = 1024**3
 
@@ -65,7 +65,7 @@ def test_a_runs_readings_are_keyed_by_the_node_gpus_it_holds() -> None:
     assert sorted(keyed) == [3, 5] and keyed[3].util_pct == 10 and keyed[5].util_pct == 20
 
 
-def test_the_panel_names_the_run_holding_each_gpu_with_its_reading(runs, monkeypatch, tmp_path) -> None:  # noqa: F811
+def test_the_panel_names_the_run_holding_each_gpu_with_its_reading(runs, monkeypatch, tmp_path) -> None:
     from backend.telemetry.fake_sysfs import build_fake_sysfs, server_cards, set_busy_percent, set_vram_used
     from backend.telemetry.sampler import Sampler
     from tests.harness import wait_until
