@@ -84,7 +84,7 @@ def runs(tmp_path):
     yield runs
     for state in RunStore(runs).list():
         if state.active and state.pid and state.pid_started:
-            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
+            stop_tree(ProcessIdentity(state.pid, state.pid_started, state.pid_start_key), graceful_s=0)
 
 
 @pytest.fixture(autouse=True)

@@ -124,17 +124,13 @@ def run_states(runs_dir: Path) -> list[dict[str, Any]]:
 
 
 def trainer_process(state: dict[str, Any]) -> psutil.Process | None:
-    """The live trainer of a run (pid *and* start time match), else None."""
-    pid, started = state.get("pid"), state.get("pid_started")
-    if not pid or started is None:
+    """The live trainer of a run (pid *and* start key or time match), else None."""
+    from backend.runs.launcher import ProcessIdentity
+
+    pid, started, key = state.get("pid"), state.get("pid_started"), state.get("pid_start_key")
+    if not isinstance(pid, int) or not isinstance(started, (int, float)):
         return None
-    try:
-        process = psutil.Process(pid)
-        if abs(process.create_time() - started) > 0.01 or process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return process
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
+    return ProcessIdentity(pid, started, key if isinstance(key, str) else "").process()
 
 
 def process_tree(root: psutil.Process | int) -> list[psutil.Process]:

@@ -60,7 +60,7 @@ def test_the_queue_on_the_runs_tab_reorders_and_cancels(app_server, page_of) -> 
     # The training run ends: the queued one starts on its own.
     page.get_by_role("tab", name=translate("tab.train", "en")).click()
     state = states[training]
-    stop_tree(ProcessIdentity(state["pid"], state["pid_started"]))
+    stop_tree(ProcessIdentity(state["pid"], state["pid_started"], state.get("pid_start_key", "")))
     wait_until(lambda: {s["id"]: s for s in app_server.runs()}[queued[1]]["state"] == "finished", RUN_TIMEOUT_S, what="the queued run to start and finish")
     assert {s["id"]: s for s in app_server.runs()}[queued[0]]["pid"] is None
     wait_until_idle(page)

@@ -81,7 +81,7 @@ def node(tmp_path, monkeypatch):
 
     for state in RunStore(runs).list():
         if state.active and state.pid and state.pid_started:
-            stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
+            stop_tree(ProcessIdentity(state.pid, state.pid_started, state.pid_start_key), graceful_s=0)
 
 
 def chat_readings(runs: Path, run_id: str) -> list[dict]:
@@ -216,7 +216,7 @@ def test_one_slot_keeps_the_node_wide_rules(tmp_path, monkeypatch):
 
         for state in store.list():
             if state.active and state.pid and state.pid_started:
-                stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
+                stop_tree(ProcessIdentity(state.pid, state.pid_started, state.pid_start_key), graceful_s=0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -141,4 +141,4 @@ def test_three_one_gpu_runs_on_two_gpus_run_two_at_once_survive_kill_9_of_the_ap
 
         for state in store.list():
             if state.pid and state.pid_started and state.active:
-                stop_tree(ProcessIdentity(state.pid, state.pid_started), graceful_s=0)
+                stop_tree(ProcessIdentity(state.pid, state.pid_started, state.pid_start_key), graceful_s=0)

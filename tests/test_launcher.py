@@ -165,9 +165,10 @@ def test_a_run_being_started_elsewhere_is_left_to_its_starter_and_settled_once_i
     assert (run.state, run.starter_pid) == ("starting", os.getpid())
     other = Launcher(store)  # another process's launcher, looking at the same runs
     assert other.refresh(run.id).state == "starting"
-    starter = psutil.Popen([sys.executable, "-c", "pass"])
-    started = starter.create_time()
-    store.update(run.id, starter_pid=starter.pid, starter_started=started)
+    starter = psutil.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    identity = ProcessIdentity.of(starter.pid)
+    assert identity is not None and identity.start_key
+    store.update(run.id, starter_pid=starter.pid, starter_started=identity.started, starter_start_key=identity.start_key)
     starter.wait(10)  # it exits before it launched anything (a command line, killed mid-start)
     settled = other.refresh(run.id)
     assert (settled.state, settled.stop_reason, settled.pid) == ("failed", "reason.start_interrupted", None)
@@ -175,7 +176,8 @@ def test_a_run_being_started_elsewhere_is_left_to_its_starter_and_settled_once_i
     # A start that began launching here writes the trainer over the starter.
     fresh = make_run(store)
     launched = Launcher(store).start(fresh.id, {}, command=[sys.executable, "-c", "pass"])
-    assert launched.pid is not None and (launched.starter_pid, launched.starter_started) == (None, None)
+    assert launched.pid is not None and (launched.starter_pid, launched.starter_started, launched.starter_start_key) == (None, None, "")
+    assert launched.pid_start_key
 
 
 def test_a_trainer_that_cannot_start_leaves_a_failed_run_not_a_starting_one(tmp_path):

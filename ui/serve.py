@@ -199,14 +199,12 @@ def health_settings(args: argparse.Namespace) -> HealthSettings:
 
 
 def process_stamp(pid: int) -> int | None:
-    """A process's start time in milliseconds (with its pid, it names one process for good);
-    None when there is no such process."""
-    import psutil
+    """A process's start in clock ticks since boot (with its pid, it names one process for
+    good: unlike a create_time() it does not move when the clock is stepped, see
+    backend/process_start.py); None when there is no such process."""
+    from backend.process_start import start_ticks
 
-    try:
-        return round(psutil.Process(pid).create_time() * 1000)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+    return start_ticks(pid)
 
 
 def app_dir_name(pid: int, stamp: int) -> str:
@@ -219,9 +217,7 @@ def app_dir_owner_alive(name: str) -> bool:
     pid_text, _, stamp_text = name.removeprefix(APP_DIR_PREFIX).partition("-")
     if not (pid_text.isdigit() and stamp_text.isdigit()):
         return True
-    stamp = process_stamp(int(pid_text))
-    # create_time() is as fine as the kernel's clock ticks: allow a few of them.
-    return stamp is not None and abs(stamp - int(stamp_text)) <= 50
+    return process_stamp(int(pid_text)) == int(stamp_text)
 
 
 def remove_stale_app_dirs(base: Path) -> list[Path]:

@@ -144,12 +144,7 @@ class ChatServer:
         finally:
             os.close(log_fd)
         server.started_at = time.monotonic()
-        try:
-            import psutil
-
-            server.identity = ProcessIdentity(server.process.pid, psutil.Process(server.process.pid).create_time())
-        except Exception:  # gone already: its log says why
-            server.identity = None
+        server.identity = ProcessIdentity.of(server.process.pid)  # None: gone already, its log says why
         return server
 
     @property

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from backend.process_start import START_KEY_MAX_CHARS, start_key
 from backend.runs import safe_files
 
 RunStateName = Literal["queued", "starting", "pending", "running", "finished", "failed", "stopped"]
@@ -72,7 +73,7 @@ def run_id_part(name: str) -> str:
 SMALL_FILE_MAX_BYTES = 1024 * 1024
 
 
-_this_process: tuple[int, float] | None = None  # (pid, start time), looked up once per process
+_this_process: tuple[int, float, str] | None = None  # (pid, start time, start key), looked up once per process
 
 
 def starter_fields() -> dict[str, Any]:
@@ -81,8 +82,8 @@ def starter_fields() -> dict[str, Any]:
     if _this_process is None or _this_process[0] != os.getpid():  # a fork is another process
         import psutil
 
-        _this_process = (os.getpid(), psutil.Process().create_time())
-    return {"starter_pid": _this_process[0], "starter_started": _this_process[1]}
+        _this_process = (os.getpid(), psutil.Process().create_time(), start_key(os.getpid()) or "")
+    return {"starter_pid": _this_process[0], "starter_started": _this_process[1], "starter_start_key": _this_process[2]}
 
 
 def attempt_fields(**fields: Any) -> dict[str, Any]:
@@ -92,6 +93,7 @@ def attempt_fields(**fields: Any) -> dict[str, Any]:
     cleared: dict[str, Any] = {
         "pid": None,
         "pid_started": None,
+        "pid_start_key": "",
         "started_at": None,
         "exit_code": None,
         "stop_reason": "",
@@ -99,6 +101,7 @@ def attempt_fields(**fields: Any) -> dict[str, Any]:
         "ended_at": None,
         "starter_pid": None,
         "starter_started": None,
+        "starter_start_key": "",
     }
     return {**cleared, **fields}
 
@@ -113,6 +116,7 @@ class RunState:
     state: RunStateName = "starting"
     pid: int | None = None
     pid_started: float | None = None  # the process's start time: a pid alone can be reused
+    pid_start_key: str = ""  # what names that process for good (backend/process_start.py)
     exit_code: int | None = None
     # Why the run ended: a message id ("reason.*", with its values in stop_reason_params),
     # rendered in the page's language by backend/view.py. A state file written before ids
@@ -153,6 +157,7 @@ class RunState:
     # its to finish; once it is gone with no trainer recorded, the start was interrupted.
     starter_pid: int | None = None
     starter_started: float | None = None
+    starter_start_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -174,6 +179,10 @@ class RunState:
                 known[name] = ""
         if not isinstance(known.get("starter_pid"), int) or isinstance(known.get("starter_pid"), bool) or not isinstance(known.get("starter_started"), (int, float)):
             known["starter_pid"], known["starter_started"] = None, None
+        for name in ("pid_start_key", "starter_start_key"):
+            value = known.get(name, "")
+            if not (isinstance(value, str) and value.isascii() and len(value) <= START_KEY_MAX_CHARS):
+                known[name] = ""  # then the start time alone names the process, as before keys
         if known.get("job_id") and not (known["job_id"].isascii() and known["job_id"].isdigit() and len(known["job_id"]) < 19):
             known["job_id"] = ""  # a job id is digits: anything else never reaches scancel
         return cls(**known)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from backend.config.distributed import CPU_WORKERS_VARIABLE, PLAN_VARIABLES
+from backend.process_start import start_key
 from backend.runs import CONFIG_FILE, LOG_FILE, OUTPUT_DIR, RunNotFound, RunState, RunStore, attempt_fields, safe_files
 from backend.runs.trainer_log import log_path, read_log_tail
 from backend.security.child_env import child_env, refused_settings
@@ -134,13 +135,29 @@ def refused_trainer_settings(preset_env: Mapping[str, str]) -> list[str]:
 @dataclass(frozen=True)
 class ProcessIdentity:
     pid: int
-    started: float  # psutil create_time()
+    started: float  # psutil create_time(): shown and measured, compared only without a start key
+    start_key: str = ""  # backend/process_start.py: what names the process ("" in older records)
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity | None:
+        """The identity of live process `pid`, or None (gone already)."""
+        try:
+            started = psutil.Process(pid).create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        return cls(pid, started, start_key(pid) or "")
 
     def process(self) -> psutil.Process | None:
         """The live process with this identity, or None (gone, or the pid was reused)."""
         try:
             process = psutil.Process(self.pid)
-            if abs(process.create_time() - self.started) > 0.01:
+            key = start_key(self.pid) if self.start_key else None
+            if key is not None:
+                if key != self.start_key:
+                    return None
+            elif abs(process.create_time() - self.started) > 0.01:
+                # A record without a start key (written before them): create_time() moves
+                # when the clock is stepped, which is why start keys exist.
                 return None
             if process.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -236,7 +253,7 @@ def starter_alive(state: RunState) -> bool:
     """Whether the process that began starting this run still runs (pid and start time)."""
     if state.starter_pid is None or state.starter_started is None:
         return False
-    return ProcessIdentity(state.starter_pid, state.starter_started).process() is not None
+    return ProcessIdentity(state.starter_pid, state.starter_started, state.starter_start_key).process() is not None
 
 
 def derive_final_state(run_dir: Path) -> tuple[str, str]:
@@ -305,20 +322,26 @@ class Launcher:
         finally:
             log.close()
         launch = "cold" if isinstance(process, subprocess.Popen) else "warm"
-        try:
-            started = psutil.Process(process.pid).create_time()
-        except psutil.NoSuchProcess:
-            started = None
+        identity = ProcessIdentity.of(process.pid)
         with self._lock:
             self._children[run_id] = process
-        state = self.store.update(run_id, **attempt_fields(state="running", pid=process.pid, pid_started=started, started_at=time.time(), command=tuple(command), launch=launch))
+        state = self.store.update(
+            run_id,
+            **attempt_fields(
+                state="running", pid=process.pid, pid_started=identity and identity.started, pid_start_key=identity.start_key if identity else "",
+                started_at=time.time(), command=tuple(command), launch=launch,
+            ),
+        )  # fmt: skip
         threading.Thread(target=self._wait_child, args=(run_id, process), daemon=True, name=f"wait-{run_id}").start()
         return state
 
     def record_start_failed(self, run_id: str, error: BaseException) -> None:
         """No trainer will come: the run says so rather than stay "starting" (this process
         lives on, and a start of a live process is its own to finish: see refresh)."""
-        self.store.update(run_id, state="failed", stop_reason="reason.launch_failed", stop_reason_params={"error": str(error)[:300]}, ended_at=time.time(), starter_pid=None, starter_started=None)
+        self.store.update(
+            run_id, state="failed", stop_reason="reason.launch_failed", stop_reason_params={"error": str(error)[:300]},
+            ended_at=time.time(), starter_pid=None, starter_started=None, starter_start_key="",
+        )  # fmt: skip
 
     def _start_warm(self, run_dir: Path, env: dict[str, str], custom: bool) -> WarmChild | None:
         """The trainer forked from the LLaMA-Factory helper (same command, same environment,
@@ -423,7 +446,7 @@ class Launcher:
     def _identity(state: RunState) -> ProcessIdentity | None:
         if state.pid is None or state.pid_started is None:
             return None
-        return ProcessIdentity(state.pid, state.pid_started)
+        return ProcessIdentity(state.pid, state.pid_started, state.pid_start_key)
 
     def refresh(self, run_id: str, state: RunState | None = None) -> RunState:
         """The state of a run we did not start in this process (after a restart): still

@@ -940,7 +940,7 @@ class RunManager:
         self._unwatch_if(run_id)
         last = self._last_seen.pop(run_id, None)
         if last is not None and last.active and last.local and last.pid is not None and last.pid_started is not None:
-            stop_tree(ProcessIdentity(last.pid, last.pid_started))
+            stop_tree(ProcessIdentity(last.pid, last.pid_started, last.pid_start_key))
         elif last is not None and last.active and last.job_id:
             self.slurm.client.cancel(last.job_id)  # a Slurm job nobody can see or stop any more
 

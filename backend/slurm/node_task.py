@@ -105,13 +105,8 @@ def main(argv: list[str]) -> int:
         _write_task(run_dir, rank, {"node": node, "rank": rank, "job_id": job_id, "started_at": time.time(), "ended_at": time.time(), "exit_code": 127, "error": str(error)[:500]})
         return 127
     log.close()
-    import psutil
-
-    try:
-        started = psutil.Process(process.pid).create_time()
-    except psutil.NoSuchProcess:
-        started = None
-    record = {"node": node, "rank": rank, "job_id": job_id, "host": socket.gethostname()[:253], "pid": process.pid, "pid_started": started, "started_at": time.time()}
+    identity = ProcessIdentity.of(process.pid)
+    record = {"node": node, "rank": rank, "job_id": job_id, "host": socket.gethostname()[:253], "pid": process.pid, "pid_started": identity and identity.started, "started_at": time.time()}
     _write_task(run_dir, rank, record)
 
     from backend.telemetry.sampler import Sampler
@@ -123,8 +118,8 @@ def main(argv: list[str]) -> int:
     while process.poll() is None:
         if stop_requested.wait(0.5) and not stopped:
             stopped = True
-            if started is not None:
-                stop_tree(ProcessIdentity(process.pid, started))
+            if identity is not None:
+                stop_tree(identity)
     code = process.wait()
     sampler.stop()
     record.update(ended_at=time.time(), exit_code=code, stopped=stopped, terminated=terminated.is_set())
