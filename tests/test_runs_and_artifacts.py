@@ -108,3 +108,32 @@ def test_the_adapters_a_run_offers_chat_evaluate_and_export(tmp_path):
     assert [s.id for s in runs_with_adapters(store)] == [run_dir.name]
     store.update(run_dir.name, kind="evaluate")  # an evaluation's folder is never a source
     assert runs_with_adapters(store) == []
+
+
+def test_a_listing_reads_again_only_the_state_files_written_since_the_last(tmp_path, monkeypatch):
+    """The node panel lists the runs every 3 s: an unchanged state file (written over 2 s ago,
+    same lstat) is not read again, and any change, by this store or another process's, is seen."""
+    store = RunStore(tmp_path / "runs")
+    runs = [store.create(name=f"r{n}", preset="cpu-demo", model="m", files={}) for n in range(3)]
+    old = 1_700_000_000_000_000_000
+    for run in runs:
+        os.utime(store.run_dir(run.id) / "state.json", ns=(old, old))  # settled
+    reads: list[str] = []
+    real_read = RunStore.read
+    monkeypatch.setattr(RunStore, "read", lambda self, run_id: (reads.append(run_id), real_read(self, run_id))[1])
+    assert {s.id for s in store.list()} == {r.id for r in runs} and len(reads) == 3
+    reads.clear()
+    assert [s.state for s in store.list()] == ["starting"] * 3 and reads == []
+    assert store.read_listed(runs[0].id).name == "r0" and reads == []
+    RunStore(tmp_path / "runs").update(runs[1].id, state="stopped")  # another process's write
+    reads.clear()
+    listed = {s.id: s.state for s in store.list()}
+    assert listed[runs[1].id] == "stopped" and reads == [runs[1].id]  # read again: written just now
+    assert store.read_listed(runs[1].id).state == "stopped"
+    store.delete(runs[2].id)
+    assert {s.id for s in store.list()} == {runs[0].id, runs[1].id}
+    # Rewritten in place (same size, same inode: an editor, not the store's atomic write): seen.
+    path = store.run_dir(runs[0].id) / "state.json"
+    path.write_text(path.read_text().replace('"r0"', '"R0"'))
+    assert store.read_listed(runs[0].id).name == "R0"
+    assert next(s for s in store.list() if s.id == runs[0].id).name == "R0"

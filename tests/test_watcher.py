@@ -352,7 +352,7 @@ def node_ticks(requests: list[tuple[float, str, str | None]], tick_fns: list[int
     """The node panel's refreshes the page sent after `since`."""
     count = 0
     for at, url, body in list(requests):
-        if at >= since and "/queue/join" in url and body:
+        if at >= since and ("/queue/join" in url or "/run/predict" in url) and body:  # queued or not
             try:
                 count += json.loads(body).get("fn_index") in tick_fns
             except ValueError:

@@ -108,7 +108,9 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
             return gr.skip(), gr.skip()
         return gr.update(value=text, visible=True), text
 
-    node_tick.click(on_node_tick, [locale_state, node_shown], [node_box, node_shown], show_progress="hidden")
+    # Not through Gradio's queue (a join and an event stream per tick): a plain request, as the
+    # Train tab's watcher sends its events; it only reads (bench_node, BENCHMARKS.md section 12).
+    node_tick.click(on_node_tick, [locale_state, node_shown], [node_box, node_shown], show_progress="hidden", queue=False)
 
     def on_move(offset: int):
         def move(run_id: str | None, locale: str):

@@ -24,6 +24,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -223,6 +224,9 @@ class RunStore:
 
     root: Path
     _last_id: str = field(default="", repr=False)
+    # list()'s reads, each kept while its state file's settled key stays the same (see list).
+    _listed: dict[str, tuple[tuple[int, int, int, int], RunState]] = field(default_factory=dict, repr=False, compare=False)
+    _listed_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -336,18 +340,41 @@ class RunStore:
             os.close(fd)  # and with it the lock
         return state
 
+    def read_listed(self, run_id: str) -> RunState:
+        """read(), or the state the last list() read while the state file's settled key is
+        still the one it had then (the node panel names each run it shows every 3 s)."""
+        key = self.state_key(run_id)
+        with self._listed_lock:
+            kept = self._listed.get(run_id)
+        if key is not None and kept is not None and kept[0] == key:
+            return kept[1]
+        return self.read(run_id)
+
     def list(self) -> list[RunState]:
-        """Every readable run, newest first; unreadable ones are skipped."""
+        """Every readable run, newest first; unreadable ones are skipped. A state file whose
+        settled key (safe_files.settled_key: its lstat, last written over 2 s before) is the
+        one it had at the last listing is not read again: the node panel and the queue list
+        the runs every few seconds, and a node's history of ended runs does not change."""
         if not self.root.is_dir():
             return []
         states = []
+        with self._listed_lock:
+            known = dict(self._listed)
+        listed: dict[str, tuple[tuple[int, int, int, int], RunState]] = {}
         for name in os.listdir(self.root):
             if name.startswith("."):
                 continue
             try:
-                states.append(self.read(name))
+                key = self.state_key(name)  # taken before the read: a write after it changes it
+                kept = known.get(name)
+                state = kept[1] if key is not None and kept is not None and kept[0] == key else self.read(name)
             except RunNotFound:
                 continue
+            if key is not None:
+                listed[name] = (key, state)
+            states.append(state)
+        with self._listed_lock:
+            self._listed = listed
         states.sort(key=lambda s: (s.created, s.id), reverse=True)
         return states
 

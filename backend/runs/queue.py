@@ -194,14 +194,26 @@ class RunQueue:
             return True
 
 
-def read_launch_env(run_dir: Path) -> dict[str, str]:
-    """The environment a run's trainer is to get, as written when it was queued or submitted
-    (the run's own file, read without following a link)."""
+def read_launch(run_dir: Path) -> Any:
+    """launch.json as parsed JSON (the run's own file, read without following a link), for
+    launch_env and launch_gpus: one read where both are wanted."""
     from backend.runs import safe_files
 
-    data: Any = json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+    return json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+
+
+def read_launch_env(run_dir: Path) -> dict[str, str]:
+    """The environment a run's trainer is to get, as written when it was queued or submitted."""
+    return launch_env(read_launch(run_dir))
+
+
+def launch_env(data: Any) -> dict[str, str]:
+    """read_launch_env of launch.json's parsed JSON. ValueError where "env" is not a mapping."""
     env = data.get("env", {}) if isinstance(data, dict) else {}
-    return {str(name): str(value) for name, value in dict(env).items()}
+    try:
+        return {str(name): str(value) for name, value in dict(env).items()}
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"launch.json: env is not a mapping: {error}") from None
 
 
 def launch_file(env: dict[str, str], gpus_asked: int | None = None, gpus: tuple[int, ...] | None = None, gpus_named: tuple[int, ...] = ()) -> str:
@@ -222,9 +234,11 @@ def launch_file(env: dict[str, str], gpus_asked: int | None = None, gpus: tuple[
 def read_launch_gpus(run_dir: Path) -> tuple[int | None, tuple[int, ...] | None]:
     """(GPUs asked, GPUs held) as launch.json records them; None for what it does not say
     (a run queued or started on one slot, an evaluation). Only small non-negative integers."""
-    from backend.runs import safe_files
+    return launch_gpus(read_launch(run_dir))
 
-    data: Any = json.loads(safe_files.read_text(run_dir, LAUNCH_FILE, QUEUE_FILE_MAX_BYTES))
+
+def launch_gpus(data: Any) -> tuple[int | None, tuple[int, ...] | None]:
+    """read_launch_gpus of launch.json's parsed JSON."""
     if not isinstance(data, dict):
         return None, None
     asked = data.get("gpus_asked")
@@ -253,4 +267,4 @@ def read_launch_named(run_dir: Path) -> tuple[int, ...]:
     return tuple(named)
 
 
-__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_file", "read_launch_env", "read_launch_gpus", "read_launch_named"]
+__all__ = ["LAUNCH_FILE", "QUEUE_FILE", "QUEUE_MAX", "QueueFull", "RunQueue", "launch_env", "launch_file", "launch_gpus", "read_launch", "read_launch_env", "read_launch_gpus", "read_launch_named"]

@@ -358,7 +358,7 @@ class RocBoard:
         names = {}
         for run_id in dict.fromkeys(shown[: len(node.held) + len(node.chat) + MAX_WAITING_SHOWN]):
             try:
-                names[run_id] = self.store.read(run_id).name
+                names[run_id] = self.store.read_listed(run_id).name
             except (RunNotFound, OSError, ValueError):
                 pass
         return node_markdown(node, readings, names, locale)

@@ -28,7 +28,7 @@ from backend.findings import Finding, has_problems
 from backend.i18n import Message
 from backend.runs import CONFIG_FILE, FORM_FILE, LAUNCH_FILE, LOG_FILE, OUTPUT_DIR, SAMPLES_FILE, RunNotFound, RunState, RunStore, attempt_fields, safe_files, starter_fields
 from backend.runs.launcher import STOPPED_BY_USER, Launcher, ProcessIdentity, stop_tree
-from backend.runs.queue import QueueFull, RunQueue, launch_file, read_launch_env, read_launch_gpus, read_launch_named
+from backend.runs.queue import QueueFull, RunQueue, launch_env, launch_file, launch_gpus, read_launch, read_launch_env, read_launch_gpus, read_launch_named
 from backend.service.monitors import Monitors
 from backend.service.pipeline import ConfigPipeline
 from backend.slurm.executor import SlurmExecutor
@@ -165,7 +165,7 @@ class RunManager:
         active = []
         for state in self.store.list():
             if state.active and state.local:
-                state = self.launcher.refresh(state.id)
+                state = self.launcher.refresh(state.id, state)
                 if state.active:
                     active.append(state)
         return active
@@ -524,11 +524,14 @@ class RunManager:
         held: dict[str, tuple[int, ...]] = {}
         ports: set[str] = set()
         for live in self.active_runs():
-            held[live.id] = self.gpus_of(live.id) or node
+            gpus = None
             try:
-                ports.add(read_launch_env(self.store.run_dir(live.id)).get("MASTER_PORT", ""))
+                launch = read_launch(self.store.run_dir(live.id))  # read once for both (the node panel asks every 3 s)
+                gpus = launch_gpus(launch)[1]
+                ports.add(launch_env(launch).get("MASTER_PORT", ""))
             except (OSError, ValueError, RunNotFound):
                 pass
+            held[live.id] = gpus or node
         asks: list[Ask] = []
         for state in self.queue.queued():
             try:
