@@ -9,7 +9,7 @@ import json
 import pytest
 
 from backend.health import EpisodeEnd, HealthAlert, HealthSettings, HealthWatch
-from backend.health.record import ALERTS_FILE, append_events, last_log_at, read_alerts, read_events
+from backend.health.record import ALERTS_FILE, append_events, read_alerts, read_events
 from backend.health.words import alert_text, alerts_markdown, status_mark, table_mark
 from backend.telemetry.base import Reading
 from tests.test_zh_no_english import english_runs
@@ -219,16 +219,24 @@ def test_the_record_is_bounded_and_hostile_lines_are_skipped(tmp_path):
     assert len(read_alerts(tmp_path)) == 1
 
 
-def test_last_log_at_is_the_newer_of_the_two_logs(tmp_path):
+def test_the_stall_clock_is_the_newer_of_the_two_logs_as_the_monitor_last_polled(tmp_path):
     import os
 
-    assert last_log_at(tmp_path) is None
+    from backend.service.monitors import RunMonitor
+
+    monitor = RunMonitor(tmp_path)
+    monitor.poll(force=True)
+    assert monitor.last_log_at is None
     (tmp_path / "train.log").write_text("x\n")
     (tmp_path / "output").mkdir()
     (tmp_path / "output" / "trainer_log.jsonl").write_text("{}\n")
     os.utime(tmp_path / "train.log", (100, 100))
     os.utime(tmp_path / "output" / "trainer_log.jsonl", (200, 200))
-    assert last_log_at(tmp_path) == 200
+    monitor.poll(force=True)
+    assert monitor.last_log_at == 200
+    os.utime(tmp_path / "train.log", (300, 300))
+    monitor.poll(force=True)
+    assert monitor.last_log_at == 300
 
 
 @pytest.mark.parametrize("locale", ["en", "zh-CN"])

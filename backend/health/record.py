@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from backend.health import EpisodeEnd, Event, HealthAlert
-from backend.runs import LOG_FILE, safe_files, trainer_log
+from backend.runs import safe_files
 from backend.runs.file_cache import file_key, memo
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,4 @@ def read_alerts(run_dir: Path, limit: int = MAX_SHOWN) -> list[tuple[HealthAlert
     return [(alert, ended) for alert, ended in alerts[-limit:]]
 
 
-def last_log_at(run_dir: Path) -> float | None:
-    """When the run's trainer last wrote a line: the newer mtime of train.log and its trainer
-    log (None when neither is there)."""
-    # Both stats in one walk (no link followed), as lstat_in_run would give each.
-    found = safe_files.lstat_many(run_dir, [LOG_FILE, str(trainer_log.log_path(Path(run_dir)).relative_to(run_dir))])
-    times = [each.st_mtime for each in found if each is not None]
-    return max(times) if times else None
-
-
-__all__ = ["ALERTS_FILE", "MAX_FILE_BYTES", "MAX_SHOWN", "append_events", "last_log_at", "read_alerts", "read_events"]
+__all__ = ["ALERTS_FILE", "MAX_FILE_BYTES", "MAX_SHOWN", "append_events", "read_alerts", "read_events"]

@@ -20,7 +20,7 @@ import threading
 import time
 
 from backend.health import HealthAlert, HealthSettings, HealthWatch
-from backend.health.record import append_events, last_log_at, read_events
+from backend.health.record import append_events, read_events
 from backend.notify import Notifier, RunEvent
 from backend.runs import RunNotFound, RunState, RunStore, artifacts
 from backend.runs.trainer_log import log_path, read_best_eval_loss, read_log_tail
@@ -128,7 +128,7 @@ class RunDecisions:
             watched = self._watches[state.id] = (monitor, HealthWatch(self.health, read_events(run_dir)))
         if not readings:
             return
-        events = watched[1].observe(readings, last_log_at(run_dir), training=state.state == "running")
+        events = watched[1].observe(readings, monitor.last_log_at, training=state.state == "running")  # as of decide's poll just now
         try:
             append_events(run_dir, events)
         except OSError as error:  # a link planted at alerts.jsonl, the disk full: the watch goes on

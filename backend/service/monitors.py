@@ -70,6 +70,10 @@ class RunMonitor:
         # it asked (feed_health): a finished run a tab opens keeps none.
         self.health_feed: deque[Reading] | None = None
         self.counter = 0  # bumps whenever new points or readings arrive
+        # When the trainer last wrote a line (the newer mtime of its trainer log and
+        # train.log, None while neither is there), as of the last poll: the health watch's
+        # stall clock, from the stats each poll takes anyway.
+        self.last_log_at: float | None = None
         self._last_poll = 0.0
         self._lock = threading.Lock()
 
@@ -84,6 +88,7 @@ class RunMonitor:
             # One walk for the three files' stats (no link followed): a file that has not
             # changed since it was read to its end is not opened (GrowingFile.unchanged).
             trainer_found, console_found, samples_found, nodes_found = safe_files.lstat_many(self.run_dir, self._relatives)
+            self.last_log_at = max((found.st_mtime for found in (trainer_found, console_found) if found is not None), default=None)
             if not self.trainer_log.tail.unchanged(trainer_found):
                 for batch in self.trainer_log.poll():
                     changed = self.series.extend(batch) or changed
