@@ -96,6 +96,17 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
+def signal_pending(process: psutil.Process, signum: int) -> bool:
+    """Whether `signum` waits to be delivered to `process` (a stopped process keeps it pending:
+    proc(5), the process-wide ShdPnd and the thread's SigPnd masks)."""
+    try:
+        with open(f"/proc/{process.pid}/status", encoding="ascii") as status:
+            masks = [int(line.split()[1], 16) for line in status if line.startswith(("ShdPnd:", "SigPnd:"))]
+    except (OSError, ValueError, IndexError):
+        return False
+    return any(mask & (1 << (signum - 1)) for mask in masks)
+
+
 def read_state(run_dir: Path) -> dict:
     return json.loads((run_dir / "state.json").read_text())
 
@@ -195,8 +206,23 @@ def test_page_drill_kill_trainer_kill_app_stop_at_checkpoint_resume(demo_assets,
             known = {path.name for path in output.glob("checkpoint-*")}
             writing = wait_until(lambda: next((p for p in output.glob("checkpoint-*") if p.name not in known), None), 120, 0.02, what="the next checkpoint")
             tree = process_tree(trainer)
+            # Held there (SIGSTOP) until the app's stop signal is pending, then let go: on two
+            # shared cores the demo trains its last 20 steps in ~2 s, faster than a click can
+            # reach the app, and a run that reached its last step has nothing to resume (a CI run
+            # stopped at step 40, after the end). The signal waits while it is held, so the stop
+            # still lands as this checkpoint is being written.
+            for process in tree:
+                process.send_signal(signal.SIGSTOP)
             began = time.monotonic()
-            tab.locator("#stop").click()
+            try:
+                tab.locator("#stop").click()
+                wait_until(lambda: signal_pending(trainer, signal.SIGABRT), 30, 0.02, what="the app's stop signal to reach the held trainer")
+            finally:
+                for process in tree:
+                    try:
+                        process.send_signal(signal.SIGCONT)
+                    except psutil.NoSuchProcess:
+                        pass
             wait_until(lambda: not any(_alive(p) for p in tree), 15, 0.05, what="the trainer's tree to end")
             figures["stop took s"] = round(time.monotonic() - began, 1)
             assert figures["stop took s"] < 10
