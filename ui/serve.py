@@ -2,8 +2,8 @@
 ui/guard/, and leave no files behind.
 
 Every file the app makes for itself lives in one folder per app process, named after the
-process (pid and start time): `<tmp>/rocboard-app-<pid>-<ms>/` (the download copies in
-exports/, this process's temporary files in tmp/) and `<Gradio temp>/rocboard-app-<pid>-<ms>/`
+process (pid and its start in clock ticks since boot, backend/process_start.py): `<tmp>/rocboard-app-<pid>-<start ticks>/` (the download copies in
+exports/, this process's temporary files in tmp/) and `<Gradio temp>/rocboard-app-<pid>-<start ticks>/`
 (Gradio's cache: uploads and files handed to the page). Both go when the app stops; a start
 removes those of app processes that are gone (killed, crashed).
 """
@@ -212,7 +212,7 @@ def app_dir_name(pid: int, stamp: int) -> str:
 
 
 def app_dir_owner_alive(name: str) -> bool:
-    """Whether the app process a `rocboard-app-<pid>-<ms>` folder belongs to still runs. A name
+    """Whether the app process a `rocboard-app-<pid>-<start ticks>` folder belongs to still runs. A name
     that does not parse is treated as alive: it is not ours to remove."""
     pid_text, _, stamp_text = name.removeprefix(APP_DIR_PREFIX).partition("-")
     if not (pid_text.isdigit() and stamp_text.isdigit()):
