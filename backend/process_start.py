@@ -41,21 +41,18 @@ def parse_start_ticks(stat: bytes) -> int | None:
     return int(fields[index])
 
 
+def start_ticks(pid: int) -> int | None:
+    """The start of live process `pid` in clock ticks since boot, or None (no such process)."""
+    try:
+        with open(PROC / str(pid) / "stat", "rb") as stat:
+            return parse_start_ticks(stat.read(_STAT_MAX_BYTES))
+    except OSError:
+        return None
+
+
 def start_key(pid: int) -> str | None:
     """The start key of live process `pid` ("<boot id>:<start ticks>"), or None where /proc
     cannot tell (no such process, another system)."""
     boot = _boot_id()
-    if boot is None:
-        return None
-    try:
-        with open(PROC / str(pid) / "stat", "rb") as stat:
-            ticks = parse_start_ticks(stat.read(_STAT_MAX_BYTES))
-    except OSError:
-        return None
+    ticks = None if boot is None else start_ticks(pid)
     return None if ticks is None else f"{boot}:{ticks}"
-
-
-def start_ticks(pid: int) -> int | None:
-    """The start of live process `pid` in clock ticks since boot, or None."""
-    key = start_key(pid)
-    return None if key is None else int(key.rpartition(":")[2])

@@ -2,10 +2,11 @@
 ui/guard/, and leave no files behind.
 
 Every file the app makes for itself lives in one folder per app process, named after the
-process (pid and its start in clock ticks since boot, backend/process_start.py): `<tmp>/rocboard-app-<pid>-<start ticks>/` (the download copies in
-exports/, this process's temporary files in tmp/) and `<Gradio temp>/rocboard-app-<pid>-<start ticks>/`
-(Gradio's cache: uploads and files handed to the page). Both go when the app stops; a start
-removes those of app processes that are gone (killed, crashed).
+process (pid and its start in clock ticks since boot, backend/process_start.py):
+`<tmp>/rocboard-app-<pid>-<start ticks>/` (the download copies in exports/, this process's
+temporary files in tmp/) and `<Gradio temp>/rocboard-app-<pid>-<start ticks>/` (Gradio's
+cache: uploads and files handed to the page). Both go when the app stops; a start removes
+those of app processes that are gone (killed, crashed).
 """
 
 from __future__ import annotations
