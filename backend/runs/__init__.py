@@ -343,12 +343,17 @@ class RunStore:
     def read_listed(self, run_id: str) -> RunState:
         """read(), or the state the last list() read while the state file's settled key is
         still the one it had then (the node panel names each run it shows every 3 s)."""
-        key = self.state_key(run_id)
         with self._listed_lock:
             kept = self._listed.get(run_id)
+        return self._read_unless_kept(run_id, kept)[1]
+
+    def _read_unless_kept(self, run_id: str, kept: tuple[tuple[int, int, int, int], RunState] | None) -> tuple[tuple[int, int, int, int] | None, RunState]:
+        """(the state file's settled key, the run's state): `kept`'s state while its key is the
+        file's, else read. The key is taken before the read: a write after it changes it."""
+        key = self.state_key(run_id)
         if key is not None and kept is not None and kept[0] == key:
-            return kept[1]
-        return self.read(run_id)
+            return key, kept[1]
+        return key, self.read(run_id)
 
     def list(self) -> list[RunState]:
         """Every readable run, newest first; unreadable ones are skipped. A state file whose
@@ -365,9 +370,7 @@ class RunStore:
             if name.startswith("."):
                 continue
             try:
-                key = self.state_key(name)  # taken before the read: a write after it changes it
-                kept = known.get(name)
-                state = kept[1] if key is not None and kept is not None and kept[0] == key else self.read(name)
+                key, state = self._read_unless_kept(name, known.get(name))
             except RunNotFound:
                 continue
             if key is not None:
