@@ -122,6 +122,34 @@ def test_monitor_alerts_on_nan_grad_norm_from_train_log(tmp_path):
     assert alert is not None and "nan" in alert.lower()
 
 
+def test_monitor_alert_is_worked_out_again_only_when_new_points_or_grad_norms_arrived(tmp_path, monkeypatch):
+    # The decisions loop asks at every look (twice a second per run) and every tab at each refresh.
+    from pathlib import Path
+
+    import backend.diagnose
+    from backend.service import RunMonitor
+
+    real = (Path(__file__).parent / "fixtures" / "logs" / "real_grad_norm_nan.log").read_text()
+    nan_at = real.index("nan")
+    run_dir = tmp_path / "run"
+    (run_dir / "output").mkdir(parents=True)
+    (run_dir / "train.log").write_text(real[: real.rindex("\n", 0, nan_at) + 1])
+    monitor = RunMonitor(run_dir)
+    monitor.poll()
+    asked = []
+    real_loss_alert = backend.diagnose.loss_alert
+    monkeypatch.setattr(backend.diagnose, "loss_alert", lambda points: asked.append(len(points)) or real_loss_alert(points))
+    assert monitor.alert() is None and asked
+    worked_out = len(asked)
+    assert monitor.alert() is None and monitor.alert() is None
+    assert len(asked) == worked_out  # nothing new arrived: the answer kept
+    with open(run_dir / "train.log", "a") as handle:
+        handle.write(real[real.rindex("\n", 0, nan_at) + 1 :])
+    monitor.poll(force=True)
+    alert = monitor.alert()
+    assert alert is not None and "nan" in alert.lower() and len(asked) > worked_out
+
+
 def test_unchanged_says_a_read_would_find_nothing_only_for_the_same_file_read_to_its_end(tmp_path):
     # The monitor skips a file's read when its stat says unchanged (one stat per look at a
     # quiet run): anything a read would see must make it False.

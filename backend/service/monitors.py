@@ -75,6 +75,7 @@ class RunMonitor:
         # stall clock, from the stats each poll takes anyway.
         self.last_log_at: float | None = None
         self._last_poll = 0.0
+        self._alert_seen: tuple[int, Any] | None = None  # (counter, what alert() found then)
         self._lock = threading.Lock()
 
     def poll(self, force: bool = False) -> None:
@@ -132,13 +133,18 @@ class RunMonitor:
         from backend.diagnose import loss_alert
 
         with self._lock:
+            # Asked at every look of the decisions loop and every tab's refresh: the answer
+            # changes only with the points and grad norms, which bump the counter.
+            if self._alert_seen is not None and self._alert_seen[0] == self.counter:
+                return self._alert_seen[1]
+            counter = self.counter
             recent = self.series.points[-50:]
             start = max(0, len(self.grad_norms) - 200)
             grad_norms = self.grad_norms[start:]
-        loss = loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None])
-        if loss is not None:
-            return loss
-        return loss_alert([{"grad_norm": g} for g in grad_norms])
+        found = loss_alert([{"step": p.step, "loss": p.loss} for p in recent if p.loss is not None]) or loss_alert([{"grad_norm": g} for g in grad_norms])
+        with self._lock:
+            self._alert_seen = (counter, found)
+        return found
 
     def feed_health(self) -> None:
         """From now on, keep each reading read for take_readings (at most MAX_HEALTH_FEED)."""
