@@ -140,7 +140,11 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
             return refusal_markdown(error.message_id, error.params, locale, frame="validate.tab.compare_refused")
 
     def path_outputs(current: str | None, locale: str) -> list[Any]:
-        current, found = path_status(current)
+        found_id, found = path_status(current)
+        return outputs_of(found_id, found, locale)
+
+    def outputs_of(current: str | None, found: Any, locale: str) -> list[Any]:
+        """The path's widgets from a status just asked (one ask per event)."""
         running = found is not None and not found.done
         return [
             current,
@@ -178,11 +182,10 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
         concurrency_id="validate-start",
     )
 
-    def path_and_reports(current: str | None, locale: str, chosen: str | None, other: str | None, compared: Any) -> list[Any]:
+    def path_and_reports(found_id: str | None, found: Any, locale: str, chosen: str | None, other: str | None, compared: Any) -> list[Any]:
         """The path's panel, and once it has ended its report chosen below: whoever sees the end
         first (the timer, or a Stop that waited for it) shows the report, as the timer stops then."""
-        found_id, found = path_status(current)
-        outputs = path_outputs(found_id, locale)
+        outputs = outputs_of(found_id, found, locale)
         if found is not None and found.done:
             return [*outputs, *reports_outputs(locale, found.report_id or chosen, other, compared)]
         return [*outputs, *[gr.skip()] * len(reports_widgets)]
@@ -193,10 +196,10 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
                 desk.stop(current)
             except RequestError:
                 pass
-        return path_and_reports(current, locale, chosen, other, compared)
+        found_id, found = path_status(current)
+        return path_and_reports(found_id, found, locale, chosen, other, compared)
 
-    path_inputs = [path_id, report_box, other_box, compared_state, locale_state]
-    stop.click(on_stop, path_inputs, [*path_widgets, *reports_widgets], show_progress="hidden")
+    stop.click(on_stop, [path_id, report_box, other_box, compared_state, locale_state], [*path_widgets, *reports_widgets], show_progress="hidden")
 
     def tick(current: str | None, key: str, chosen: str | None, other: str | None, compared: Any, locale: str):
         """Once a second while a path runs: the panel redrawn only when the path moved on; when
@@ -204,7 +207,7 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
         found_id, found = path_status(current)
         if status_key(found) == key and found is not None and not found.done:
             return [gr.skip()] * (len(path_widgets) + len(reports_widgets))
-        return path_and_reports(found_id, locale, chosen, other, compared)
+        return path_and_reports(found_id, found, locale, chosen, other, compared)
 
     timer.tick(tick, [path_id, shown_key, report_box, other_box, compared_state, locale_state], [*path_widgets, *reports_widgets], show_progress="hidden")
 
