@@ -9,8 +9,8 @@ launches one). For each kind, in turns, the condition is made at t0 (the fake dr
 changed; for a stall the stand-in also SIGSTOPped), and the bench polls alerts.jsonl every
 10 ms until the alert is there (t1). The delay is t1 - (t0 + the kind's time), in sampler
 intervals: what RocBoard adds to the threshold the user set. Its parts: up to one interval
-until the sampler reads the changed files, ticks to cover the time, and the decisions' poll
-(0.5 s, backend/service/monitors.py POLL_INTERVAL_S).
+until the sampler reads the changed files, ticks to cover the time, and the decisions' look,
+which follows each sampler round (Sampler.after_round; backend/service/decisions.py).
 
 Goal (issue 29): <= 2 sampler intervals, every repetition. Beside it, what the decision
 itself costs per sampler tick (HealthWatch.observe on 8 and 64 GPUs' readings), a figure only.

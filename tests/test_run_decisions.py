@@ -114,6 +114,28 @@ def test_a_run_without_the_setting_trains_on_until_it_is_switched_on(board, monk
     assert state_on_disk(board, run_id)["stop_on_nan"] is True
 
 
+def test_the_runs_are_looked_at_right_after_each_round_of_the_apps_sampler(tmp_path, monkeypatch):
+    # The sampler's round (its tick and its companions') wakes the decisions loop: with its
+    # own fallback wait made a minute long, the looks still come at the sampler's pace.
+    from backend.telemetry.fake_sysfs import build_fake_sysfs
+    from backend.telemetry.sampler import Sampler
+
+    sampler = Sampler(interval_s=0.1, sysfs_root=build_fake_sysfs(tmp_path / "sys"))
+    board = RocBoard(tmp_path / "runs", export_dir=tmp_path / "exports", lf_cache=LlamaFactoryCheckCache(check=lambda args: []), sampler=sampler)
+    board.decisions.interval_s = 60.0
+    looks = Looks(board, monkeypatch)
+    sampler.start()
+    try:
+        run_id = launch_stand_in(board, "2.5,2.1,nan", stop_on_nan=True)
+        looks.wait_for_more(5, timeout=10)
+        wait_until(lambda: state_on_disk(board, run_id)["state"] == "stopped", 10, what="the NaN stop, decided after a round")
+    finally:
+        for state in board.store.list():
+            if state.active:
+                board.stop(state.id)
+        sampler.stop()
+
+
 def test_a_look_reads_the_state_again_when_its_file_changed_even_at_the_same_size(board, monkeypatch):
     # A look at a run whose state file is unchanged takes the state it last read (the process
     # checked at most every PROCESS_LOOK_S); any write since (a new file, a rewrite in place

@@ -121,6 +121,8 @@ class RocBoard:
         self.notifier = notifier or Notifier()
         self.decisions = RunDecisions(self.run_manager, self.monitors, health=health, notifier=self.notifier)
         self.run_manager.on_launch = self.decisions.follow
+        if sampler is not None:
+            sampler.after_round(self.decisions.wake)  # the runs are looked at on fresh readings
         # The Doctor reads the machine the sampler reads (a fake /sys with --sysfs-root).
         self.doctor = DoctorCache(getattr(sampler, "sysfs_root", None) or Path("/sys"), self.store.root, self.run_manager.slurm.client)
         # Try and ship: chat with a run (its servers let go of the GPU when a trainer starts),

@@ -9,8 +9,13 @@
 - send word of a run's end (finished, failed with its cause, stopped on NaN) and of a stall
   alert to the app's Notifier (backend/notify: the webhook, the tabs' notifications), once.
 
-A page only shows what was decided. One thread follows the runs that train (one, normally)
-and ends when none is left; a start, a resume or a re-attach wakes it again.
+A page only shows what was decided. One thread follows the runs that train (one, or one per
+GPU side by side) and ends when none is left; a start, a resume or a re-attach wakes it again.
+It looks at every run right after each round of the app's sampler (`wake`, given to
+Sampler.after_round: once a second by default, the runs' new readings just written), and at
+the latest every LOOK_AT_LEAST_S when no round comes (a Slurm run's nodes sample themselves).
+A look a second, not two: with 8 runs side by side the looks were the web process's largest
+cost (BENCHMARKS.md, section 12), and a reading is only new once a second.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from backend.notify import Notifier, RunEvent
 from backend.runs import RunNotFound, RunState, RunStore, artifacts
 from backend.runs.trainer_log import log_path, read_best_eval_loss, read_log_tail
 from backend.service.failure import failure_cause_id
-from backend.service.monitors import POLL_INTERVAL_S, Monitors, RunMonitor
+from backend.service.monitors import Monitors, RunMonitor
 from backend.service.run_manager import QUEUE_KEEPER_INTERVAL_S, RunManager
 
 log = logging.getLogger(__name__)
@@ -33,14 +38,18 @@ log = logging.getLogger(__name__)
 # How often a live run's state is read again (and a re-attached trainer's process checked)
 # while its state file does not change: as often as the queue keeper looks at the queue.
 PROCESS_LOOK_S = QUEUE_KEEPER_INTERVAL_S
-
+# The longest wait between two looks at the runs, when no sampler round wakes the loop
+# sooner: longer than the sampler's default interval (1 s), so that a round's wake, not this
+# timeout, sets the pace while the sampler reads.
+LOOK_AT_LEAST_S = 1.5
 
 
 class RunDecisions:
-    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = POLL_INTERVAL_S, health: HealthSettings | None = None, notifier: Notifier | None = None):
+    def __init__(self, manager: RunManager, monitors: Monitors, interval_s: float = LOOK_AT_LEAST_S, health: HealthSettings | None = None, notifier: Notifier | None = None):
         self.manager = manager
         self.monitors = monitors
-        self.interval_s = interval_s
+        self.interval_s = interval_s  # the longest wait between looks (LOOK_AT_LEAST_S)
+        self._wake = threading.Event()
         self.health = health or HealthSettings()
         self.notifier = notifier
         # run id -> the end last announced (its attempt and end time): one word per end.
@@ -65,6 +74,11 @@ class RunDecisions:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, daemon=True, name="run-decisions")
                 self._thread.start()
+
+    def wake(self) -> None:
+        """Look at the runs now (the sampler's round has just written their new readings).
+        Called on the sampler's thread: it only sets an event."""
+        self._wake.set()
 
     def following(self) -> set[str]:
         with self._lock:
@@ -184,7 +198,8 @@ class RunDecisions:
                     with self._lock:
                         if self._followed.get(run_id) == generation:
                             del self._followed[run_id]
-            time.sleep(self.interval_s)
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
 
 
 def run_figures(store: RunStore, state: RunState) -> dict[str, object]:

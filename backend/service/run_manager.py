@@ -886,12 +886,11 @@ class RunManager:
         if self.side_by_side and self._watched not in (None, state.id):
             # Side by side: the app's sampler follows the first run; each other one gets a
             # sampler of its own on the same machine, which reads that run's *_VISIBLE_DEVICES
-            # from its process and so charts only its GPUs (Sampler._apply_run_environment).
-            from backend.telemetry.sampler import Sampler
-
+            # from its process and so charts only its GPUs (Sampler._apply_run_environment),
+            # ticked on the app sampler's thread where it can be (Sampler.companion).
             own = self._own_samplers.get(state.id)
             if own is None:
-                own = Sampler(interval_s=self.sampler.interval_s, sysfs_root=self.sampler.sysfs_root)
+                own = self.sampler.companion()
                 self._own_samplers[state.id] = own
                 own.start()
             own.watch(self.store.run_dir(state.id) / SAMPLES_FILE, state.pid)
@@ -914,9 +913,7 @@ class RunManager:
                 threading.Thread(target=own.stop, daemon=True, name="sampler-stop-chat").start()
             if samples_path is None:
                 return True
-            from backend.telemetry.sampler import Sampler
-
-            own = Sampler(interval_s=self.sampler.interval_s, sysfs_root=self.sampler.sysfs_root)
+            own = self.sampler.companion()
             own.start()
             own.watch(samples_path, pid)
             self._chat_sampler = own

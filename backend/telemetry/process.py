@@ -37,6 +37,7 @@ class ProcessMemorySource:
     """Measures the process tree whose root pid `pid_provider()` names (None: nothing to measure)."""
 
     name = "process"
+    in_process = True  # psutil reads of /proc: see SysfsSource.in_process
 
     def __init__(self, pid_provider: PidProvider) -> None:
         self.pid_provider = pid_provider

@@ -4,6 +4,14 @@ Callers (every open browser tab, the run page, the CLI) only ever read the cache
 so ten tabs cost one read and a slow or hung tool never blocks a request. Samples are
 appended to the watched run's file as JSON lines, so the chart can be rebuilt from disk
 after a page reload or a server restart.
+
+Side by side (several runs on a node's GPUs) each run has a sampler of its own, which charts
+only its GPUs: a companion of the app's (`Sampler.companion`). A companion whose chart reads
+in-process (sysfs, process memory) is ticked on the app sampler's thread, right after the
+app's own tick, so 8 runs wake one thread a second rather than 8; one charting through a
+tool (amd-smi, rocm-smi, nvidia-smi) keeps a thread of its own, so that a hung tool never
+holds up the other runs' charts. After each round that read something the sampler tells
+those who asked (`after_round`): the decisions loop looks at the runs then, on fresh readings.
 """
 
 from __future__ import annotations
@@ -75,6 +83,11 @@ class Sampler:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # The sampler whose thread ticks this one once its sources are known (companion()),
+        # and the companions this one's thread ticks.
+        self._driver: Sampler | None = None
+        self._companions: list[Sampler] = []
+        self._after_round: list[Callable[[], None]] = []
 
     # ----- what callers use -------------------------------------------------------------
 
@@ -98,6 +111,23 @@ class Sampler:
         with self._lock:
             self._close_samples_file()
 
+    def companion(self, sources: list[Source] | None = None) -> Sampler:
+        """A sampler for another process on this machine (a run side by side, a chat server),
+        with this one's interval and /sys (`sources`: None detects them, as the app does).
+        Started, it detects its sources on a thread of its own; then, if its chart reads
+        in-process, that thread ends and this sampler's thread ticks it after each of its own
+        ticks (module docstring)."""
+        companion = Sampler(sources, interval_s=self.interval_s, sysfs_root=self.sysfs_root, clock=self._clock)
+        companion._driver = self
+        return companion
+
+    def after_round(self, callback: Callable[[], None]) -> None:
+        """`callback()` on the sampler's thread after each round of ticks (its own and its
+        companions') that read something. It must be quick and never block: it delays the
+        next round."""
+        with self._lock:
+            self._after_round.append(callback)
+
     def watch(self, samples_path: Path | None, pid: int | None) -> None:
         """Append every tick's readings to `samples_path` (None: stop writing) and measure
         the process tree rooted at `pid` with the process-memory source."""
@@ -108,7 +138,7 @@ class Sampler:
             if pid != self._pid and pid is not None:
                 self._run_env_pending = True
             self._pid = pid
-        self._wake.set()
+        self._nudge()
 
     def latest(self) -> list[Reading]:
         """The last tick's readings ([] before the first tick or when they are stale)."""
@@ -119,7 +149,7 @@ class Sampler:
             fresh = now - self._latest_at <= self.ttl_s
             readings = list(self._latest) if fresh else []
         if woke_from_idle:
-            self._wake.set()
+            self._nudge()
         return readings
 
     def statuses(self) -> list[SourceStatus]:
@@ -159,12 +189,71 @@ class Sampler:
             log.exception("telemetry tick failed")
             return []
 
+    def _nudge(self) -> None:
+        """Tick soon (a new process to watch, a tab back after idling): on this sampler's
+        thread, or on its driver's once that ticks it."""
+        self._wake.set()
+        driver = self._driver
+        if driver is not None:
+            driver._wake.set()
+
     def _loop(self) -> None:
-        while not self._stopping.is_set():
-            if self._sources is None or self._wanted():
-                self.tick()
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+        try:
+            while not self._stopping.is_set():
+                read = bool(self.tick()) if self._sources is None or self._wanted() else False
+                if self._driver is not None and self._driver._adopt(self):
+                    return  # ticked on the driver's thread from now on
+                read = self._tick_companions() or read
+                if read:
+                    self._tell_round()
+                self._wake.wait(self.interval_s)
+                self._wake.clear()
+        finally:
+            if self._driver is None or self._stopping.is_set():
+                self._release_companions()
+
+    def _adopt(self, companion: Sampler) -> bool:
+        """Takes `companion` onto this sampler's thread when its chart reads in-process and
+        this thread is there to tick it (the companion's own thread then ends)."""
+        sources = companion._sources
+        if not sources or not getattr(sources[0], "in_process", False):
+            return False
+        with self._lock:
+            thread = self._thread
+            if self._stopping.is_set() or thread is None or not thread.is_alive():
+                return False
+            self._companions.append(companion)
+        return True
+
+    def _tick_companions(self) -> bool:
+        """One tick of each companion that wants one; whether any read something."""
+        with self._lock:
+            self._companions = [c for c in self._companions if not c._stopping.is_set()]
+            companions = list(self._companions)
+        read = False
+        for companion in companions:
+            if companion._wanted():
+                read = bool(companion.tick()) or read
+        return read
+
+    def _tell_round(self) -> None:
+        with self._lock:
+            callbacks = list(self._after_round)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # a listener's bug must not stop the sampling
+                log.exception("a telemetry round listener failed")
+
+    def _release_companions(self) -> None:
+        """This sampler's thread ends (stop()): its companions still watching go back to
+        threads of their own."""
+        with self._lock:
+            companions, self._companions = self._companions, []
+        for companion in companions:
+            companion._driver = None
+            if not companion._stopping.is_set():
+                companion.start()
 
     def _wanted(self) -> bool:
         with self._lock:

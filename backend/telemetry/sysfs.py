@@ -163,6 +163,9 @@ class SysfsSource:
     """amdgpu sysfs, numbered and filtered as the run sees its GPUs."""
 
     name = "sysfs"
+    # Read in-process (a few small files, no tool to wait on): a companion sampler charting
+    # through it may be ticked on another sampler's thread (Sampler.companion).
+    in_process = True
 
     def __init__(self, sysfs_root: Path = Path("/sys"), env: Mapping[str, str] | None = None) -> None:
         self.sysfs_root = Path(sysfs_root)
