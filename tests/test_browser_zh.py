@@ -146,6 +146,10 @@ def test_the_chinese_page_shows_no_english_sentence_of_ours(app_server, chromium
     context = chromium.new_context(locale="zh-CN", color_scheme="light", viewport={"width": 1400, "height": 1000})
     try:
         page = context.new_page()
+        # The page's load, the language switch and the tabs' visits are plain requests: no
+        # event of theirs joins Gradio's queue (whose streams a tab may keep open: ui/app.py).
+        queued: list[str] = []
+        page.on("request", lambda request: queued.append(request.post_data or "") if "/queue/join" in request.url else None)
         page.goto(f"{app_server.url}/?__theme=light")
         page.wait_for_selector("#start", timeout=UI_TIMEOUT_MS)
         page.locator("#language label", has_text="中文").click()
@@ -180,6 +184,7 @@ def test_the_chinese_page_shows_no_english_sentence_of_ours(app_server, chromium
             if tab == "tab.runs":
                 page.wait_for_function("(id) => { const t = document.querySelector('#runs-table'); return !!t && t.innerText.includes(id); }", arg=FAILED_RUN_ID, timeout=UI_TIMEOUT_MS)
             if tab == "tab.doctor":
+                assert queued == [], f"queued on load, language switch or a tab's visit: {queued}"
                 page.locator("#doctor-run").click()
                 # The doctor probes torch in a subprocess: wait for its table (a verdict word
                 # of the page's language in it), not for a fixed time.

@@ -47,7 +47,8 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.data"), id="data", elem_id="tab-data"), "tab.data") as data_tab:
                 data = build_data_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.runs"), id="runs", elem_id="tab-runs"), "tab.runs") as runs_tab:
-                refresh_runs, runs_outputs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+                runs = build_runs_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+                refresh_runs, runs_outputs = runs.refresh, runs.refresh_outputs
             # Try and ship a run: chat with it beside its base, evaluate it, merge and export it.
             try_tabs = {}
             for tab_id, label, build in (
@@ -63,21 +64,27 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             with texts.label(gr.Tab(texts("tab.validate"), id="validate", elem_id="tab-validate"), "tab.validate") as validate_tab:
                 validate = build_validate_tab(board, texts, locale_state)
             with texts.label(gr.Tab(texts("tab.import_export"), id="import", elem_id="tab-import"), "tab.import_export"):
-                build_import_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
+                import_relabel = build_import_tab(board, texts, locale_state, train, tabs, TRAIN_TAB_ID)
             with texts.label(gr.Tab(texts("tab.doctor"), id="doctor", elem_id="tab-doctor"), "tab.doctor"):
                 build_doctor_tab(board, texts, locale_state, language)
+        # What a page load, a tab's visit, a form change or the language switch asks is answered
+        # from memory and disk in milliseconds: a plain request (queue=False), not a queued event.
+        # Gradio 5's client, when queued events overlap (a load fires several), sometimes leaves
+        # the /queue/data stream open after they all ended, and the server then checks that
+        # stream 20 times a second for as long as the tab stays open: ~1 % of a core per tab,
+        # measured (BENCHMARKS.md, section 12). Long work (Start, chat, export, ...) stays queued.
         # The table was filled when the page was built: each visit shows the runs on disk now.
-        runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden")
+        runs_tab.select(refresh_runs, locale_state, runs_outputs, show_progress="hidden", queue=False)
         # Datasets added by another tab (or the command line) are offered on each visit.
-        data_tab.select(data["refresh"], None, data["registered"], show_progress="hidden")
+        data_tab.select(data["refresh"], None, data["registered"], show_progress="hidden", queue=False)
         # Each visit offers the runs on disk now (runs finished, made or deleted elsewhere).
         for tab, wired in try_tabs.values():
             if "refresh" in wired:
-                tab.select(wired["refresh"], wired.get("refresh_inputs", locale_state), wired["refresh_outputs"], show_progress="hidden")
+                tab.select(wired["refresh"], wired.get("refresh_inputs", locale_state), wired["refresh_outputs"], show_progress="hidden", queue=False)
         # Each visit finds the path running here (its status followed again) and the reports kept now.
-        validate_tab.select(validate["refresh"], validate["refresh_inputs"], validate["refresh_outputs"], show_progress="hidden")
+        validate_tab.select(validate["refresh"], validate["refresh_inputs"], validate["refresh_outputs"], show_progress="hidden", queue=False)
         # Each visit offers the sweeps on disk now, the metrics in the page's language.
-        sweeps_tab.select(sweeps["refresh"], sweeps["refresh_inputs"], sweeps["refresh_outputs"], show_progress="hidden")
+        sweeps_tab.select(sweeps["refresh"], sweeps["refresh_inputs"], sweeps["refresh_outputs"], show_progress="hidden", queue=False)
         strategy = train.fields["dist_strategy"]
 
         def relabel(locale: str, run_id, preset_id: str, mode: dict):
@@ -90,20 +97,24 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             relabel,
             [language, train.watched_run, train.fields["preset"], train.mode],
             [locale_state, *texts.widgets, train.preset_notes, train.mode_box, *train.run_outputs],
+            queue=False,
         )
         train.then_derive(relabelled)
         # The runs table and the strategy labels are data, not static labels: redrawn too.
-        language.change(refresh_runs, language, runs_outputs, show_progress="hidden")
-        language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden")
+        language.change(refresh_runs, language, runs_outputs, show_progress="hidden", queue=False)
+        language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden", queue=False)
         run_on = train.fields["run_on"]
-        language.change(lambda locale: gr.update(choices=view.run_on_choices(locale)), language, run_on, show_progress="hidden")
+        language.change(lambda locale: gr.update(choices=view.run_on_choices(locale)), language, run_on, show_progress="hidden", queue=False)
+        # The tabs' own panels in the new language: on the switch, not on locale_state (ui/widgets.Relabel).
+        for relabel_tab in (runs.relabel, validate["relabel"], import_relabel):
+            language.change(relabel_tab.fn, [language, *relabel_tab.inputs], relabel_tab.outputs, show_progress="hidden", queue=False)
         # The presets' names are their files' words, in each language (display_name_zh).
         preset = train.fields["preset"]
-        language.change(lambda locale: gr.update(choices=board.preset_choices(locale)), language, preset, show_progress="hidden")
+        language.change(lambda locale: gr.update(choices=board.preset_choices(locale)), language, preset, show_progress="hidden", queue=False)
         # The Data tab's layouts are named in the page's language (a radio's choices, not a label).
-        language.change(data["relabel"], language, data["relabel_outputs"], show_progress="hidden")
+        language.change(data["relabel"], language, data["relabel_outputs"], show_progress="hidden", queue=False)
         # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
-        language.input(lambda locale: locale, language, saved_locale, show_progress="hidden")
+        language.input(lambda locale: locale, language, saved_locale, show_progress="hidden", queue=False)
 
         def on_load(preset_id: str, saved: object, saved_draft: object, request: gr.Request):
             """A new tab: the language picked before in this browser, else the browser's, and
@@ -127,6 +138,7 @@ def build_ui(board: RocBoard) -> gr.Blocks:
             [train.fields["preset"], saved_locale, train.draft],
             [locale_state, language, *texts.widgets, train.preset_notes, strategy, run_on, preset, *train.open_outputs],
             show_progress="hidden",
+            queue=False,
         )
         train.then_derive(loaded)
         # Gradio's own words (the upload area's "Drop File Here", ...) in the page's language too.

@@ -34,4 +34,4 @@ def build_doctor_tab(board: RocBoard, texts: Texts, locale_state: Any, language:
         """The report in the new language: the checks already gathered (no new probe), or the hint."""
         return view.checks_markdown(board.doctor_checks(), locale) if shown else translate("doctor.hint", locale)
 
-    language.change(relabel, [language, checked], report, show_progress="hidden")
+    language.change(relabel, [language, checked], report, show_progress="hidden", queue=False)

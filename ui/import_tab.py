@@ -12,12 +12,12 @@ from backend.i18n import localized, translate
 from backend.service import RocBoard
 from backend.service.live import digest
 from ui.train_tab import ALL_FIELDS, TrainTab, start_intent
-from ui.widgets import Texts
+from ui.widgets import Relabel, Texts
 
 MAX_UPLOAD_BYTES = 256_000
 
 
-def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> None:
+def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> Relabel:
     form_fields = train.fields
     with gr.Row():
         with gr.Column():
@@ -168,15 +168,10 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
             updates += [gr.skip(), gr.skip()]
         return updates
 
-    locale_state.change(
-        relabel,
-        [locale_state, panel_state, import_findings, notice_state, train.notice_box],
-        [import_preset, import_findings, panel_state, train.notice_box, notice_state],
-        show_progress="hidden",
-    )
 
     def on_export(locale, *values):
         path, shell = board.export(dict(zip(ALL_FIELDS, values, strict=True)))
         return str(path), localized(shell, locale)  # its comment line in the page's language
 
     export_button.click(on_export, [locale_state, *[form_fields[name] for name in ALL_FIELDS]], [export_file, export_shell])
+    return Relabel(relabel, [panel_state, import_findings, notice_state, train.notice_box], [import_preset, import_findings, panel_state, train.notice_box, notice_state])

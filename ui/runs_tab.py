@@ -3,7 +3,7 @@ chosen runs' details; this machine's queue and Slurm's."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 
@@ -12,7 +12,7 @@ from backend.i18n import translate
 from backend.runs.history import TABLE_COLUMNS
 from backend.service import RocBoard
 from ui.train_tab import TrainTab
-from ui.widgets import Texts, plot
+from ui.widgets import Relabel, Texts, plot
 
 # A state, a loss or the scores never wrap ("finishe d", "已完成（第"); every other cell may, but
 # only where a line may break (at a space, after a hyphen: "20261201-191907-" / "demo"),
@@ -44,8 +44,15 @@ def runs_table(board: RocBoard, locale: str) -> dict[str, Any]:
     return {"headers": headers, "data": values, "metadata": {"display_value": shown, "styling": [[""] * len(headers) for _ in shown]}}
 
 
-def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> tuple[Any, list[Any]]:
-    """Builds the tab; returns its refresh function and the components it updates."""
+class RunsTab(NamedTuple):
+    refresh: Any  # (locale) -> updates of refresh_outputs: the runs on disk now
+    refresh_outputs: list[Any]
+    relabel: Relabel
+
+
+def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: TrainTab, tabs: Any, train_tab_id: str) -> RunsTab:
+    """Builds the tab; returns its refresh function, the components it updates, and what a
+    language switch redraws."""
     refresh_button = texts.value(gr.Button(texts("button.refresh"), elem_id="runs-refresh"), "button.refresh")
     table = gr.Dataframe(value=runs_table(board, "en"), interactive=False, elem_id="runs-table", wrap=True, column_widths=RUNS_COLUMN_WIDTHS)
     chosen = texts.label(gr.Dropdown(choices=board.run_ids(), multiselect=True, label=texts("label.runs_chosen"), elem_id="runs-chosen"), "label.runs_chosen")
@@ -151,7 +158,10 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         return board.run_details(list(run_ids or []), locale)
 
     chosen.change(on_chosen, [chosen, locale_state], details, show_progress="hidden")
-    locale_state.change(on_chosen, [chosen, locale_state], details, show_progress="hidden")
+
+    def relabel(locale: str, run_ids: list[str] | None):
+        """A language switch (wired by ui/app.py on the switch itself): the details in it."""
+        return on_chosen(run_ids, locale)
 
     def on_row(run_ids: list[str] | None, event: gr.SelectData):
         """A row clicked in the table: its run is chosen too (its details open)."""
@@ -161,7 +171,7 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
             return gr.skip()
         return [*(run_ids or []), run_id] if run_id not in (run_ids or []) else gr.skip()
 
-    table.select(on_row, chosen, chosen, show_progress="hidden")
+    table.select(on_row, chosen, chosen, show_progress="hidden", queue=False)
 
     def on_delete(run_ids: list[str] | None, locale: str):
         if not run_ids:
@@ -177,4 +187,4 @@ def build_runs_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
 
     confirm_button.click(on_confirm, [chosen, locale_state], [confirm_row, message, table, chosen])
     cancel_delete_button.click(lambda locale: (gr.update(visible=False), translate("runs.delete_cancelled", locale)), locale_state, [confirm_row, message])
-    return refresh, [table, chosen, *queue_outputs, node_box, node_shown]
+    return RunsTab(refresh, [table, chosen, *queue_outputs, node_box, node_shown], Relabel(relabel, [chosen], [details]))

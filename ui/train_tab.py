@@ -466,12 +466,13 @@ def build_train_tab(board: RocBoard, texts: Texts, locale_state: Any) -> TrainTa
         derived_outputs,
         trigger_mode="always_last",
         show_progress="hidden",
+        queue=False,  # answered in milliseconds: not queued (ui/app.py says why)
     )
 
     def then_derive(event: Any) -> Any:
         """After `event` (the page's load, a language switch): the derived texts for the form
         as it is, in the page's language."""
-        return event.then(on_form_change, derived_inputs, derived_outputs, show_progress="hidden")
+        return event.then(on_form_change, derived_inputs, derived_outputs, show_progress="hidden", queue=False)
 
     def on_preview(locale, *values):
         result = board.preview(form_of(values))

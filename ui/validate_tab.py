@@ -18,7 +18,7 @@ from backend.validate.path import RequestError, ValidationRequest
 from backend.validate.report import MAX_REPORT_BYTES, ReportError
 from backend.validate.tab_view import RUNNING_STATES, refusal_markdown, report_choices, request_from_page, rung_choices, status_key, status_markdown
 from backend.validate.view import comparison_markdown, report_markdown
-from ui.widgets import Texts
+from ui.widgets import Relabel, Texts
 
 POLL_S = 1.0  # the status panel's refresh while a path runs
 
@@ -259,10 +259,11 @@ def build_validate_tab(board: RocBoard, texts: Texts, locale_state: Any) -> dict
             *reports_outputs(locale, chosen, other, compared),
         ]
 
-    locale_state.change(
-        relabel,
-        [locale_state, path_id, report_box, other_box, compared_state, refusal_state, upload_state],
-        [preset, rungs, refusal, upload_note, *path_widgets, *reports_widgets],
-        show_progress="hidden",
-    )
-    return {"refresh": refresh, "refresh_inputs": refresh_inputs, "refresh_outputs": refresh_outputs, "status": status, "report": report_box}
+    return {
+        "refresh": refresh,
+        "refresh_inputs": refresh_inputs,
+        "refresh_outputs": refresh_outputs,
+        "status": status,
+        "report": report_box,
+        "relabel": Relabel(relabel, [path_id, report_box, other_box, compared_state, refusal_state, upload_state], [preset, rungs, refusal, upload_note, *path_widgets, *reports_widgets]),
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 from gradio.components.plot import PlotData
@@ -15,6 +15,17 @@ from backend.i18n import translate
 def plot(figure: dict | None) -> PlotData | None:
     """A backend figure dict as Gradio's plot payload (no plotly object on the hot path)."""
     return None if figure is None else PlotData(type="plotly", plot=json.dumps(figure))
+
+
+class Relabel(NamedTuple):
+    """What a tab redraws on a language switch: `fn(locale, *inputs)` -> updates of `outputs`.
+    ui/app.py wires it on the switch itself (`language.change`), not on the page's locale
+    State: Gradio 5's page fires a State's change only after a queued event, and the page's
+    load and the switch are plain requests (ui/app.py says why)."""
+
+    fn: Any
+    inputs: list[Any]
+    outputs: list[Any]
 
 
 @dataclass
