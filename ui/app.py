@@ -105,14 +105,13 @@ def build_ui(board: RocBoard) -> gr.Blocks:
         language.change(lambda locale: gr.update(choices=view.strategy_choices(locale)), language, strategy, show_progress="hidden", queue=False)
         run_on = train.fields["run_on"]
         language.change(lambda locale: gr.update(choices=view.run_on_choices(locale)), language, run_on, show_progress="hidden", queue=False)
-        # The tabs' own panels in the new language: on the switch, not on locale_state (ui/widgets.Relabel).
-        for relabel_tab in (runs.relabel, validate["relabel"], import_relabel):
+        # The tabs' own panels in the new language (the Data tab's layouts: a radio's choices, not a
+        # label): on the switch, not on locale_state (ui/widgets.Relabel).
+        for relabel_tab in (runs.relabel, data["relabel"], validate["relabel"], import_relabel):
             language.change(relabel_tab.fn, [language, *relabel_tab.inputs], relabel_tab.outputs, show_progress="hidden", queue=False)
         # The presets' names are their files' words, in each language (display_name_zh).
         preset = train.fields["preset"]
         language.change(lambda locale: gr.update(choices=board.preset_choices(locale)), language, preset, show_progress="hidden", queue=False)
-        # The Data tab's layouts are named in the page's language (a radio's choices, not a label).
-        language.change(data["relabel"], language, data["relabel_outputs"], show_progress="hidden", queue=False)
         # Only a choice the user made is kept (`input`, not `change`: on_load sets the switch too).
         language.input(lambda locale: locale, language, saved_locale, show_progress="hidden", queue=False)
 

@@ -13,7 +13,7 @@ from backend.i18n import translate
 from backend.service import RocBoard
 from backend.service.data_desk import DataPreview, MappingForm
 from ui.train_tab import ALL_FIELDS, TrainTab
-from ui.widgets import Texts, plot
+from ui.widgets import Relabel, Texts, plot
 
 DATA_FILE_TYPES = [".json", ".jsonl", ".csv", ".parquet"]
 # Every role any layout maps, in the order the page shows them (one dropdown each).
@@ -206,4 +206,4 @@ def build_data_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Trai
         """The layouts' names in the page's language (the radio's choices are data, not a label)."""
         return gr.update(choices=layout_choices(locale))
 
-    return {"refresh": refresh_registered, "registered": registered, "relabel": relabel, "relabel_outputs": [layout]}
+    return {"refresh": refresh_registered, "registered": registered, "relabel": Relabel(relabel, [], [layout])}

@@ -168,7 +168,6 @@ def build_import_tab(board: RocBoard, texts: Texts, locale_state: Any, train: Tr
             updates += [gr.skip(), gr.skip()]
         return updates
 
-
     def on_export(locale, *values):
         path, shell = board.export(dict(zip(ALL_FIELDS, values, strict=True)))
         return str(path), localized(shell, locale)  # its comment line in the page's language

@@ -209,8 +209,7 @@ class Sampler:
                 self._wake.wait(self.interval_s)
                 self._wake.clear()
         finally:
-            if self._driver is None or self._stopping.is_set():
-                self._release_companions()
+            self._release_companions()  # none for a companion handed to its driver
 
     def _adopt(self, companion: Sampler) -> bool:
         """Takes `companion` onto this sampler's thread when its chart reads in-process and
